@@ -1,0 +1,193 @@
+"""The case model: plain frozen dataclasses that every other module speaks.
+
+A case describes a prefill batch symbolically. Tensor contents are never stored:
+an item's rows are a pure function of ``(hash, rows)`` (see ``harness.tensors``),
+so cases stay small, compare by value and shrink well.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Iterator, NamedTuple
+
+DTYPES = ("float32", "float16", "bfloat16")
+NDIMS = (2, 3)
+DEVICES = ("cpu", "cuda")
+MODALITIES = ("image", "video", "audio")
+GRID_KEYS = ("image_grid_thw", "grid_thws")
+"""Where an engine item carries its vision grid; splitters honour different keys."""
+
+Span = tuple[int, int]
+"""Inclusive ``(start, end)`` token positions of one run of an item's placeholders."""
+
+GridRow = tuple[int, int, int]
+"""One ``(t, h, w)`` vision grid row; it owns ``t * h * w`` patch rows of features."""
+
+
+class Row(NamedTuple):
+    """Symbolic row ``index`` of the ``count``-row tensor keyed by ``hash``.
+
+    The reference model answers in rows, not tensors; ``harness.tensors`` turns
+    them into values, and reports use them to say which item a row came from.
+    """
+
+    hash: int
+    count: int
+    index: int
+
+
+class CaseError(ValueError):
+    """A case breaks a well-formedness rule; ``path`` names the offending field."""
+
+    def __init__(self, path: str, message: str) -> None:
+        super().__init__(f"{path}: {message}")
+        self.path = path
+        self.reason = message
+
+
+@dataclass(frozen=True)
+class Item:
+    """One image, video or audio clip of a request.
+
+    ``rows`` is the row count of the item's embedding when it differs from its
+    token count (a malformed case on purpose); ``None`` means they agree.
+    """
+
+    spans: tuple[Span, ...]
+    hash: int
+    precomputed: bool = False
+    modality: str = "image"
+    grid: tuple[GridRow, ...] = ()
+    grid_key: str = "image_grid_thw"
+    rows: int | None = None
+
+    @property
+    def token_count(self) -> int:
+        return sum(end - start + 1 for start, end in self.spans)
+
+    @property
+    def row_count(self) -> int:
+        return self.token_count if self.rows is None else self.rows
+
+    @property
+    def patch_count(self) -> int:
+        return sum(t * h * w for t, h, w in self.grid)
+
+    def row(self, index: int) -> Row:
+        return Row(self.hash, self.row_count, index)
+
+    def positions(self) -> Iterator[int]:
+        for start, end in self.spans:
+            yield from range(start, end + 1)
+
+
+@dataclass(frozen=True)
+class Request:
+    """One request of the batch; the prefill step covers ``[prefix_len, prefix_len + extend_len)``."""
+
+    seq_len: int
+    prefix_len: int
+    extend_len: int
+    items: tuple[Item, ...] = ()
+
+    @property
+    def window(self) -> range:
+        return range(self.prefix_len, self.prefix_len + self.extend_len)
+
+
+@dataclass(frozen=True)
+class Case:
+    """A batch of requests plus how its embeddings are shaped and where they live."""
+
+    requests: tuple[Request, ...]
+    hidden: int = 8
+    dtype: str = "float32"
+    ndim: int = 2
+    device: str = "cpu"
+
+    def items(self) -> Iterator[tuple[int, int, Item]]:
+        """Every item with its request and item index, in batch order."""
+        for r, request in enumerate(self.requests):
+            for i, item in enumerate(request.items):
+                yield r, i, item
+
+
+def item_path(r: int, i: int) -> str:
+    return f"requests[{r}].items[{i}]"
+
+
+def validate(case: Case) -> None:
+    """Raise ``CaseError`` naming the first field that breaks DESIGN §2's rules."""
+    for problem in problems(case):
+        raise problem
+
+
+def is_well_formed(case: Case) -> bool:
+    return next(problems(case), None) is None
+
+
+def problems(case: Case) -> Iterator[CaseError]:
+    """Every rule the case breaks, each as a ``CaseError`` with its path, in field order."""
+    if case.hidden < 1:
+        yield CaseError("hidden", f"must be >= 1, got {case.hidden}")
+    if case.dtype not in DTYPES:
+        yield CaseError("dtype", f"must be one of {', '.join(DTYPES)}, got {case.dtype!r}")
+    if case.ndim not in NDIMS:
+        yield CaseError("ndim", f"must be 2 or 3, got {case.ndim}")
+    if case.device not in DEVICES:
+        yield CaseError("device", f"must be one of {', '.join(DEVICES)}, got {case.device!r}")
+    for r, request in enumerate(case.requests):
+        yield from _request_problems(f"requests[{r}]", request)
+
+
+def _request_problems(path: str, request: Request) -> Iterator[CaseError]:
+    if request.seq_len < 0:
+        yield CaseError(f"{path}.seq_len", f"negative length {request.seq_len}")
+    if request.prefix_len < 0:
+        yield CaseError(f"{path}.prefix_len", f"negative length {request.prefix_len}")
+    if request.extend_len < 0:
+        yield CaseError(f"{path}.extend_len", f"negative length {request.extend_len}")
+    window_end = request.prefix_len + request.extend_len
+    if window_end > request.seq_len:
+        yield CaseError(
+            f"{path}.extend_len",
+            f"window ends at {window_end}, past seq_len {request.seq_len}",
+        )
+    previous_end = -1
+    for i, item in enumerate(request.items):
+        item_at = f"{path}.items[{i}]"
+        if item.modality not in MODALITIES:
+            yield CaseError(
+                f"{item_at}.modality",
+                f"must be one of {', '.join(MODALITIES)}, got {item.modality!r}",
+            )
+        if not item.spans:
+            yield CaseError(f"{item_at}.spans", "an item needs at least one span")
+        for s, (start, end) in enumerate(item.spans):
+            span_at = f"{item_at}.spans[{s}]"
+            if end < start:
+                yield CaseError(span_at, f"end {end} < start {start}")
+            elif start < 0 or end >= request.seq_len:
+                yield CaseError(
+                    span_at, f"({start}, {end}) outside [0, {request.seq_len})"
+                )
+            elif start <= previous_end:
+                yield CaseError(
+                    span_at,
+                    f"starts at {start}, not after the previous span's end {previous_end}"
+                    " (spans must be disjoint and increasing)",
+                )
+            previous_end = max(previous_end, end)
+        if item.rows is not None and item.rows != item.token_count:
+            yield CaseError(
+                f"{item_at}.rows",
+                f"{item.rows} embedding rows for {item.token_count} placeholder tokens",
+            )
+        if item.grid_key not in GRID_KEYS:
+            yield CaseError(
+                f"{item_at}.grid_key",
+                f"must be one of {', '.join(GRID_KEYS)}, got {item.grid_key!r}",
+            )
+        for g, row in enumerate(item.grid):
+            if len(row) != 3 or any(n < 1 for n in row):
+                yield CaseError(f"{item_at}.grid[{g}]", f"expected three positive ints (t, h, w), got {row}")

@@ -1,0 +1,167 @@
+"""The oracle: one small function per rule of DESIGN §3, answering in symbolic ``Row``s.
+
+Every rule is written the slow, obvious way: materialise each request's
+placeholder positions, then walk them. Nothing here mirrors an engine's index
+arithmetic; agreeing with an engine is the point, sharing its bugs is not.
+Errors are raised as the rules say an engine raises them (class and message).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from harness.model import Case, GridRow, Item, Request, Row, Span
+
+PARTIAL_PRECOMPUTED_MESSAGE = "MM inputs where only some items are precomputed."
+ONE_GRID_MESSAGE = (
+    "Kimi-K3 expects one vision grid per MultimodalDataItem; "
+    "split aggregated encoder inputs before get_image_feature()"
+)
+INSUFFICIENT_PREFIX = "Insufficient multimodal embedding length"
+
+
+def span_positions(spans: tuple[Span, ...]) -> list[int]:
+    """Every placeholder position of the spans, in span order."""
+    return [p for start, end in spans for p in range(start, end + 1)]
+
+
+def request_slots(request: Request) -> list[tuple[int, Row]]:
+    """``(position, row)`` for every placeholder of the request, in item then span order."""
+    return [
+        (position, item.row(k))
+        for item in request.items
+        for k, position in enumerate(item.positions())
+    ]
+
+
+# R1 ---------------------------------------------------------------------------
+
+
+def embedding_chunk(
+    spans: tuple[Span, ...], prefix_len: int, extend_len: int
+) -> tuple[list[int], int, int]:
+    """R1: indices of the embedding rows inside the window, and ``(start, end)``.
+
+    ``start`` and ``end`` count the placeholder positions before the window's
+    first and one-past-last position.
+    """
+    positions = span_positions(spans)
+    window_end = prefix_len + extend_len
+    inside = [k for k, p in enumerate(positions) if prefix_len <= p < window_end]
+    start = sum(1 for p in positions if p < prefix_len)
+    end = sum(1 for p in positions if p < window_end)
+    return inside, start, end
+
+
+def window_rows(request: Request) -> list[Row]:
+    """The rows of every item position inside the request's window, in position order."""
+    slots = sorted(request_slots(request))
+    return [row for position, row in slots if position in request.window]
+
+
+# R2 ---------------------------------------------------------------------------
+
+
+def precomputed_embedding(case: Case) -> list[Row] | None:
+    """R2: the batch's precomputed rows, ``None`` for the encoder path, or the partial-coverage error."""
+    coverage = [[item.precomputed for item in r.items] for r in case.requests if r.items]
+    if not any(any(flags) for flags in coverage):
+        return None
+    if all(all(flags) for flags in coverage):
+        return [row for r in case.requests for row in window_rows(r)]
+    if any(len(flags) > 1 and not all(flags) for flags in coverage):
+        return None
+    raise NotImplementedError(PARTIAL_PRECOMPUTED_MESSAGE)
+
+
+def is_partially_precomputed(case: Case) -> bool:
+    flags = [item.precomputed for _, _, item in case.items()]
+    return any(flags) and not all(flags)
+
+
+# R3 ---------------------------------------------------------------------------
+
+
+def chunked_prefill_embedding(case: Case) -> list[Row] | None:
+    """R3: the encoder path's rows for every window, in request order; ``None`` if there are none."""
+    rows = [row for r in case.requests for row in window_rows(r)]
+    return rows or None
+
+
+def items_in_windows(case: Case) -> set[tuple[int, int]]:
+    """``(hash, token_count)`` of every item with a position inside its request's window.
+
+    These, and only these, may reach the encoder; each at most once per batch.
+    """
+    return {
+        (item.hash, item.token_count)
+        for r in case.requests
+        for item in r.items
+        if any(p in r.window for p in item.positions())
+    }
+
+
+# R3e --------------------------------------------------------------------------
+
+
+def embedding_mask(case: Case) -> list[bool]:
+    """R3e: for each token of the batch's ``input_ids`` (the windows), whether it is a placeholder."""
+    mask = []
+    for r in case.requests:
+        placeholders = {p for item in r.items for p in item.positions()}
+        mask.extend(p in placeholders for p in r.window)
+    return mask
+
+
+def embedding_and_mask(case: Case) -> tuple[list[Row], list[bool]]:
+    """R3e: the rows in mask order and the mask, or R2's error for partial coverage."""
+    precomputed_embedding(case)
+    return [row for r in case.requests for row in window_rows(r)], embedding_mask(case)
+
+
+# R4 ---------------------------------------------------------------------------
+
+
+def count_mm_tokens(case: Case) -> int:
+    """R4: the number of placeholder positions inside the windows."""
+    return sum(p in r.window for r in case.requests for p, _ in request_slots(r))
+
+
+def adjust_embedding_length(row_count: int, wanted: int) -> range:
+    """R4: which rows survive when an embedding of ``row_count`` rows must serve ``wanted`` placeholders."""
+    if row_count < wanted:
+        raise RuntimeError(
+            f"{INSUFFICIENT_PREFIX}: {wanted} placeholders vs {row_count} rows"
+        )
+    return range(row_count - wanted, row_count)
+
+
+# R5 ---------------------------------------------------------------------------
+
+
+def check_one_grid(item: Item) -> None:
+    """R5: a Kimi-K3 style encoder accepts only items with exactly one grid row."""
+    if len(item.grid) != 1:
+        raise ValueError(ONE_GRID_MESSAGE)
+
+
+@dataclass(frozen=True)
+class SplitPart:
+    """One item of a split: its span, its grid row and its slice of the feature rows."""
+
+    span: Span
+    grid_row: GridRow
+    features: range
+
+
+def split_item(item: Item) -> list[SplitPart]:
+    """R5: one part per span, each owning the next ``t*h*w`` feature rows."""
+    if len(item.spans) != len(item.grid):
+        raise ValueError(
+            f"cannot split {len(item.spans)} spans over {len(item.grid)} grid rows"
+        )
+    parts, offset = [], 0
+    for span, (t, h, w) in zip(item.spans, item.grid):
+        parts.append(SplitPart(span, (t, h, w), range(offset, offset + t * h * w)))
+        offset += t * h * w
+    return parts

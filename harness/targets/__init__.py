@@ -1,0 +1,1 @@
+"""Targets: the things checks run against, all behind ``harness.targets.base.Target``."""

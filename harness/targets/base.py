@@ -1,0 +1,118 @@
+"""The one protocol every target implements, and what the harness hands to targets.
+
+A target translates a ``Case`` into its own objects and calls its own functions.
+It never imports checks; the checks only see this protocol. Methods a target
+lacks are absent from ``capabilities`` and the checks needing them are skipped.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Literal, Protocol, Sequence, runtime_checkable
+
+from harness import tensors
+from harness.model import Case, Item
+
+if TYPE_CHECKING:
+    import torch
+
+# Capabilities: one per function a check may call.
+CHUNK = "chunk"  # R1 embedding_chunk
+PRECOMPUTED = "precomputed"  # R2 precomputed_embedding
+PREFILL = "prefill"  # R3 chunked_prefill_embedding (batched path)
+PER_REQUEST_PATH = "per_request_path"  # R3 on the per-request path
+EMBED_AND_MASK = "embed_and_mask"  # R3e embedding_and_mask
+COUNT = "count"  # R4 count_mm_tokens
+ADJUST = "adjust"  # R4 adjust_embedding_length
+ONE_GRID = "one_grid"  # R5 image_feature
+SPLIT = "split"  # R5 split_item
+
+ALL_CAPABILITIES = frozenset(
+    {CHUNK, PRECOMPUTED, PREFILL, PER_REQUEST_PATH, EMBED_AND_MASK, COUNT, ADJUST, ONE_GRID, SPLIT}
+)
+
+Path = Literal["batched", "per_request"]
+EncoderForm = Literal["tensor", "list"]
+
+
+class TargetError(Exception):
+    """A target cannot be found, loaded or used; the message says what to do instead."""
+
+
+@dataclass
+class Encoder:
+    """The deterministic encoder handed to targets; it records which items it encoded.
+
+    Rows come from ``(hash, token_count)`` as for a precomputed embedding, so a
+    target that serves one item's rows for another (a hash collision handled by
+    hash alone) produces visibly different values.
+    """
+
+    case: Case
+    form: EncoderForm = "tensor"
+    calls: list[list[tuple[int, int]]] = field(default_factory=list)
+
+    def __call__(self, items: Sequence[Item]) -> "torch.Tensor | list[torch.Tensor]":
+        self.calls.append([(item.hash, item.token_count) for item in items])
+        blocks = [tensors.block(item.hash, item.token_count, self.case) for item in items]
+        if self.form == "list":
+            return [tensors.shaped(b, self.case) for b in blocks]
+        import torch
+
+        return tensors.shaped(torch.cat(blocks), self.case)
+
+    @property
+    def encoded(self) -> list[tuple[int, int]]:
+        return [key for call in self.calls for key in call]
+
+
+@dataclass(frozen=True)
+class FeatureItem:
+    """An item with the vision features an engine would carry for it (R5)."""
+
+    item: Item
+    features: "torch.Tensor"
+
+
+@runtime_checkable
+class Target(Protocol):
+    """What a check may ask of a target. Tensors in and out are on ``case.device``."""
+
+    name: str
+    capabilities: frozenset[str]
+
+    def describe(self) -> dict[str, Any]:
+        """What ``mmharness targets`` shows: release, files, functions, stubbed names."""
+
+    def embedding_chunk(
+        self, embedding: "torch.Tensor", case: Case, request: int
+    ) -> tuple["torch.Tensor", int, int]:
+        """R1 on ``case.requests[request]``: its items' spans and window over ``embedding``."""
+
+    def precomputed_embedding(self, case: Case) -> "torch.Tensor | None":
+        """R2: items marked precomputed carry ``tensors.item_embedding``; the others none."""
+
+    def new_cache(self, max_size: int) -> Any:
+        """A fresh embedding cache of ``max_size`` bytes (0 disables caching)."""
+
+    def chunked_prefill_embedding(
+        self, case: Case, encoder: Encoder, *, cache: Any, path: Path = "batched"
+    ) -> "torch.Tensor | None":
+        """R3: every item runs through ``encoder``; precomputed flags are ignored."""
+
+    def embedding_and_mask(
+        self, case: Case, encoder: Encoder, *, cache: Any
+    ) -> tuple["torch.Tensor | None", "torch.Tensor | None"]:
+        """R3e on ``tensors.input_ids(case)``: the rows and a boolean mask over input_ids."""
+
+    def count_mm_tokens(self, case: Case) -> int:
+        """R4: placeholder positions inside the windows."""
+
+    def adjust_embedding_length(self, embedding: "torch.Tensor", wanted: int) -> "torch.Tensor":
+        """R4: fit a 2-D embedding to ``wanted`` placeholders."""
+
+    def image_feature(self, case: Case, items: Sequence[FeatureItem]) -> "torch.Tensor":
+        """R5: a one-grid encoder's features for ``items`` (vision tower = identity)."""
+
+    def split_item(self, case: Case, item: FeatureItem) -> list[FeatureItem]:
+        """R5: the engine's per-image split of one (possibly aggregated) item."""

@@ -1,0 +1,118 @@
+"""The reference model as a target: the self-check, and the baseline every mutant departs from."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Sequence
+
+from harness import reference, tensors
+from harness.model import Case, Item, validate
+from harness.targets.base import ALL_CAPABILITIES, Encoder, FeatureItem, Path
+
+if TYPE_CHECKING:
+    import torch
+
+
+class ReferenceTarget:
+    """Answers every rule from ``harness.reference``; refuses malformed cases with a ``CaseError``."""
+
+    name = "reference"
+    capabilities = ALL_CAPABILITIES
+
+    def describe(self) -> dict[str, Any]:
+        return {"target": self.name, "source": reference.__file__, "stubbed": []}
+
+    def embedding_chunk(
+        self, embedding: "torch.Tensor", case: Case, request: int
+    ) -> tuple["torch.Tensor", int, int]:
+        validate(case)
+        req = case.requests[request]
+        flat = embedding.reshape(-1, embedding.shape[-1])
+        tokens = sum(item.token_count for item in req.items)
+        if flat.shape[0] != tokens:
+            raise ValueError(
+                f"requests[{request}]: embedding has {flat.shape[0]} rows for {tokens} placeholder tokens"
+            )
+        spans = tuple(span for item in req.items for span in item.spans)
+        inside, start, end = reference.embedding_chunk(spans, req.prefix_len, req.extend_len)
+        return flat[inside], start, end
+
+    def precomputed_embedding(self, case: Case) -> "torch.Tensor | None":
+        validate(case)
+        rows = reference.precomputed_embedding(case)
+        return None if rows is None else tensors.materialise(case, rows)
+
+    def new_cache(self, max_size: int) -> None:
+        return None
+
+    def chunked_prefill_embedding(
+        self, case: Case, encoder: Encoder, *, cache: Any = None, path: Path = "batched"
+    ) -> "torch.Tensor | None":
+        validate(case)
+        wanted = reference.chunked_prefill_embedding(case)
+        if wanted is None:
+            return None
+        unique: dict[tuple[int, int], Item] = {}
+        for r in case.requests:
+            for item in r.items:
+                if any(p in r.window for p in item.positions()):
+                    unique.setdefault((item.hash, item.token_count), item)
+        encoded = _per_item(encoder(list(unique.values())), list(unique.values()))
+        by_key = dict(zip(unique, encoded))
+        import torch
+
+        return torch.stack([by_key[(row.hash, row.count)][row.index] for row in wanted])
+
+    def embedding_and_mask(
+        self, case: Case, encoder: Encoder, *, cache: Any = None
+    ) -> tuple["torch.Tensor | None", "torch.Tensor | None"]:
+        import torch
+
+        embedding = self.precomputed_embedding(case)
+        if embedding is None:
+            embedding = self.chunked_prefill_embedding(case, encoder, cache=cache)
+            if embedding is None:
+                return None, None
+        input_ids, placeholders = tensors.input_ids(case)
+        mask = torch.isin(input_ids, placeholders)
+        kept = reference.adjust_embedding_length(embedding.shape[0], int(mask.sum()))
+        return embedding[kept.start : kept.stop], mask
+
+    def count_mm_tokens(self, case: Case) -> int:
+        validate(case)
+        return reference.count_mm_tokens(case)
+
+    def adjust_embedding_length(self, embedding: "torch.Tensor", wanted: int) -> "torch.Tensor":
+        kept = reference.adjust_embedding_length(embedding.shape[0], wanted)
+        return embedding[kept.start : kept.stop]
+
+    def image_feature(self, case: Case, items: Sequence[FeatureItem]) -> "torch.Tensor":
+        import torch
+
+        for feature_item in items:
+            reference.check_one_grid(feature_item.item)
+        return torch.cat([feature_item.features for feature_item in items])
+
+    def split_item(self, case: Case, item: FeatureItem) -> list[FeatureItem]:
+        if len(item.item.spans) == 1:
+            return [item]
+        return [
+            FeatureItem(
+                Item(
+                    spans=(part.span,),
+                    hash=item.item.hash,
+                    modality=item.item.modality,
+                    grid=(part.grid_row,),
+                    grid_key=item.item.grid_key,
+                ),
+                item.features[part.features.start : part.features.stop],
+            )
+            for part in reference.split_item(item.item)
+        ]
+
+
+def _per_item(output: "torch.Tensor | list[torch.Tensor]", items: list[Item]) -> list["torch.Tensor"]:
+    """Cut an encoder's output (one tensor, or a list per item) into 2-D per-item blocks."""
+    if isinstance(output, list):
+        return [block.reshape(-1, block.shape[-1]) for block in output]
+    flat = output.reshape(-1, output.shape[-1])
+    return list(flat.split([item.token_count for item in items]))

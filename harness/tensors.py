@@ -1,0 +1,115 @@
+"""Deterministic tensor materialisation: a ``Row`` becomes values, the same on every device.
+
+Values are small integers (|v| <= 64), exact in float32, float16 and bfloat16,
+so every comparison in the harness can be bit-exact. Rows are generated on the
+CPU and then moved, which makes CPU and CUDA inputs identical by construction.
+torch is imported here, and only when a tensor is first made.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from typing import TYPE_CHECKING, Sequence
+
+from harness.model import Case, Item, Row
+
+if TYPE_CHECKING:
+    import torch
+
+VALUE_BOUND = 64
+FEATURE_SALT = 0x5EED_F00D
+"""Mixed into an item's hash so its vision features differ from its embedding rows."""
+TEXT_TOKEN = 7
+PLACEHOLDER_BASE = 1_000_000
+
+
+def _torch():
+    import torch
+
+    return torch
+
+
+def _seed(key: int, count: int) -> int:
+    return (key * 0x9E3779B97F4A7C15 + count * 0xBF58476D1CE4E5B9) & (2**63 - 1)
+
+
+@lru_cache(maxsize=4096)
+def _block(key: int, count: int, hidden: int, dtype: str) -> "torch.Tensor":
+    torch = _torch()
+    generator = torch.Generator().manual_seed(_seed(key, count))
+    values = torch.randint(
+        -VALUE_BOUND, VALUE_BOUND + 1, (count, hidden), generator=generator
+    )
+    return values.to(getattr(torch, dtype))
+
+
+def block(key: int, count: int, case: Case) -> "torch.Tensor":
+    """The full ``[count, hidden]`` tensor keyed by ``key`` (a fresh copy, on the case's device)."""
+    return _block(key, count, case.hidden, case.dtype).clone().to(case.device)
+
+
+def shaped(tensor: "torch.Tensor", case: Case) -> "torch.Tensor":
+    """Give a 2-D tensor the case's ``ndim`` (3-D means ``[1, n, H]``, as some models hand it)."""
+    return tensor.unsqueeze(0) if case.ndim == 3 else tensor
+
+
+def item_embedding(case: Case, item: Item) -> "torch.Tensor":
+    """The item's whole embedding, ``row_count`` rows in span order, shaped by ``case.ndim``."""
+    return shaped(block(item.hash, item.row_count, case), case)
+
+
+def request_embedding(case: Case, items: Sequence[Item]) -> "torch.Tensor":
+    """The concatenated embedding of a request's items, as R1 receives it."""
+    torch = _torch()
+    parts = [block(item.hash, item.row_count, case) for item in items]
+    flat = torch.cat(parts) if parts else torch.empty(0, case.hidden, dtype=getattr(torch, case.dtype))
+    return shaped(flat.to(case.device), case)
+
+
+def feature_key(item: Item) -> int:
+    return item.hash ^ FEATURE_SALT
+
+
+def item_features(case: Case, item: Item) -> "torch.Tensor":
+    """The item's vision features: ``t*h*w`` patch rows per grid row, 2-D."""
+    return block(feature_key(item), item.patch_count, case)
+
+
+def materialise(case: Case, rows: Sequence[Row]) -> "torch.Tensor":
+    """Stack symbolic rows into a ``[len(rows), hidden]`` tensor on the case's device."""
+    torch = _torch()
+    if not rows:
+        return torch.empty(0, case.hidden, dtype=getattr(torch, case.dtype), device=case.device)
+    index = torch.tensor([row.index for row in rows])
+    parts = []
+    start = 0
+    for stop in range(1, len(rows) + 1):
+        if stop == len(rows) or rows[stop][:2] != rows[start][:2]:
+            key, count, _ = rows[start]
+            parts.append(_block(key, count, case.hidden, case.dtype)[index[start:stop]])
+            start = stop
+    return torch.cat(parts).to(case.device)
+
+
+def placeholder_id(item: Item) -> int:
+    """The token id standing for this item in ``input_ids`` (equal hashes share it)."""
+    return PLACEHOLDER_BASE + item.hash % PLACEHOLDER_BASE
+
+
+def input_ids(case: Case) -> tuple["torch.Tensor", "torch.Tensor"]:
+    """The batch's ``input_ids`` (each request's window) and its sorted placeholder ids.
+
+    Positions of an item hold its placeholder id; every other position holds a
+    text token, so the mask a target builds must mark exactly the item positions.
+    """
+    torch = _torch()
+    ids: list[int] = []
+    for request in case.requests:
+        owner = {p: placeholder_id(item) for item in request.items for p in item.positions()}
+        ids.extend(owner.get(p, TEXT_TOKEN) for p in request.window)
+    placeholders = sorted({placeholder_id(item) for _, _, item in case.items()})
+    device = case.device
+    return (
+        torch.tensor(ids, dtype=torch.int64, device=device),
+        torch.tensor(placeholders, dtype=torch.int64, device=device),
+    )
