@@ -53,15 +53,20 @@ def shaped(tensor: "torch.Tensor", case: Case) -> "torch.Tensor":
     return tensor.unsqueeze(0) if case.ndim == 3 else tensor
 
 
+def item_rows(case: Case, item: Item) -> "torch.Tensor":
+    """The item's whole 2-D embedding: ``row_count`` rows in span order (none for a reversed span)."""
+    return block(item.hash, max(item.row_count, 0), case)
+
+
 def item_embedding(case: Case, item: Item) -> "torch.Tensor":
-    """The item's whole embedding, ``row_count`` rows in span order, shaped by ``case.ndim``."""
-    return shaped(block(item.hash, item.row_count, case), case)
+    """The item's whole embedding, shaped by ``case.ndim``."""
+    return shaped(item_rows(case, item), case)
 
 
 def request_embedding(case: Case, items: Sequence[Item]) -> "torch.Tensor":
     """The concatenated embedding of a request's items, as R1 receives it."""
     torch = _torch()
-    parts = [block(item.hash, item.row_count, case) for item in items]
+    parts = [item_rows(case, item) for item in items]
     flat = torch.cat(parts) if parts else torch.empty(0, case.hidden, dtype=getattr(torch, case.dtype))
     return shaped(flat.to(case.device), case)
 
@@ -113,3 +118,29 @@ def input_ids(case: Case) -> tuple["torch.Tensor", "torch.Tensor"]:
         torch.tensor(ids, dtype=torch.int64, device=device),
         torch.tensor(placeholders, dtype=torch.int64, device=device),
     )
+
+
+def explain_rows(case: Case, tensor: "torch.Tensor") -> str:
+    """Name the source of each row, e.g. ``= r0.i1[2:6] r1.i0[0:1] ?``, so a diff reads as a story.
+
+    Rows are recognised by value among the case's item rows; ``?`` is a row no
+    item has (zeros, garbage, a wrong dtype cast).
+    """
+    if tensor.dim() < 1 or tensor.numel() == 0:
+        return ""
+    owners: dict[tuple, tuple[int, int, int]] = {}
+    for r, i, item in case.items():
+        for count in {item.row_count, item.token_count}:
+            rows = _block(item.hash, max(count, 0), case.hidden, case.dtype).tolist()
+            for k, row in enumerate(rows):
+                owners.setdefault(tuple(row), (r, i, k))
+    runs: list[list] = []
+    for row in tensor.reshape(-1, tensor.shape[-1]).cpu().tolist():
+        owner = owners.get(tuple(row))
+        last = runs[-1] if runs else None
+        if owner and last and last[0] == owner[:2] and last[2] == owner[2]:
+            last[2] += 1
+        else:
+            runs.append([owner[:2], owner[2], owner[2] + 1] if owner else [None, 0, 0])
+    names = [f"r{o[0]}.i{o[1]}[{a}:{b}]" if o else "?" for o, a, b in runs]
+    return " = " + " ".join(names)

@@ -1,0 +1,112 @@
+"""R1 checks: ``get_embedding_chunk`` against the reference, across schedules, on bad input."""
+
+from __future__ import annotations
+
+from functools import partial
+
+from harness import tensors
+from harness.checks.common import REFERENCE, plain, scheduled, windows, with_window
+from harness.checks.outcome import Failure, Hazard, describe, expect_equal, expect_same, is_clear_error, observe, show_error
+from harness.checks.registry import DIFFERENTIAL, HAZARD, METAMORPHIC, ROBUSTNESS, check
+from harness.model import Case, problems
+from harness.targets.base import CHUNK, Target
+
+
+def _cases(device: str):
+    import strategies as mst
+
+    return plain(mst.cases(min_items_total=1, device=device))
+
+
+def _malformed(kinds: tuple[str, ...]):
+    def examples(device: str):
+        import strategies as mst
+
+        return plain(mst.malformed_cases(kinds=kinds, device=device))
+
+    return examples
+
+
+def _chunk(target: Target, case: Case, r: int):
+    embedding = tensors.request_embedding(case, case.requests[r].items)
+    return observe(partial(target.embedding_chunk, embedding, case, r))
+
+
+@check("chunk.matches_reference", rule="R1", family=DIFFERENTIAL, needs={CHUNK}, examples=_cases)
+def matches_reference(target: Target, case: Case, params: dict) -> None:
+    """Each request's chunk, start and end equal the reference's."""
+    for r, request in enumerate(case.requests):
+        if request.items:
+            expect_same(
+                case, f"requests[{r}] chunk", _chunk(REFERENCE, case, r), _chunk(target, case, r)
+            )
+
+
+@check("chunk.schedule_concat", rule="R1", family=METAMORPHIC, needs={CHUNK}, examples=scheduled)
+def schedule_concat(target: Target, case: Case, params: dict) -> None:
+    """Chunks over any prefill schedule concatenate to the whole-sequence chunk, starts meeting ends."""
+    import torch
+
+    whole = _chunk(target, with_window(case, 0, 0, case.requests[0].seq_len), 0)
+    if whole.raised:
+        raise Failure("whole-sequence chunk raised", expected="a tensor", actual=show_error(whole.error))
+    pieces, cursor = [], 0
+    for prefix_len, extend_len in windows(params["schedule"]):
+        piece = _chunk(target, with_window(case, 0, prefix_len, extend_len), 0)
+        if piece.raised:
+            raise Failure(
+                f"chunk at window ({prefix_len}, {extend_len}) raised",
+                expected="a tensor",
+                actual=show_error(piece.error),
+            )
+        chunk, start, end = piece.value
+        expect_equal(case, f"window ({prefix_len}, {extend_len}) start", cursor, start)
+        cursor = end
+        pieces.append(chunk)
+    expect_equal(case, "last end", whole.value[2], cursor)
+    expect_equal(case, "concatenated chunks", whole.value[0], torch.cat(pieces))
+
+
+def _bad_request(case: Case) -> int:
+    """The index of the request the case's first problem is in."""
+    path = next(problems(case)).path
+    return int(path.split("[", 1)[1].split("]", 1)[0])
+
+
+@check(
+    "chunk.rejects_malformed",
+    rule="R1",
+    family=ROBUSTNESS,
+    needs={CHUNK},
+    examples=_malformed(("unsorted", "overlapping", "out_of_range", "reversed", "negative_length", "window_past_end")),
+)
+def rejects_malformed(target: Target, case: Case, params: dict) -> None:
+    """Malformed spans or windows give a clear error, never a tensor."""
+    r = _bad_request(case)
+    outcome = _chunk(target, case, r)
+    if not (outcome.raised and is_clear_error(outcome.error)):
+        raise Failure(
+            f"malformed requests[{r}] was not refused: {next(problems(case))}",
+            expected="ValueError/RuntimeError with a message",
+            actual=show_error(outcome.error) if outcome.raised else describe(outcome.value[0]),
+        )
+
+
+@check(
+    "chunk.row_mismatch_accepted",
+    rule="R1",
+    family=HAZARD,
+    needs={CHUNK},
+    examples=_malformed(("row_mismatch",)),
+)
+def row_mismatch_accepted(target: Target, case: Case, params: dict) -> None:
+    """An embedding whose row count differs from its span length is refused, not silently shifted."""
+    r = _bad_request(case)
+    outcome = _chunk(target, case, r)
+    if not outcome.raised:
+        raise Hazard(
+            f"requests[{r}]: {next(problems(case))}; the chunk was served anyway"
+            " (rows of later items shift)",
+            expected="a clear error",
+            actual=describe(outcome.value[0]),
+        )

@@ -1,0 +1,94 @@
+"""Pieces every check module shares: the reference target, example builders, case edits."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import TYPE_CHECKING, Callable
+
+from harness.checks.outcome import Failure, Outcome, show_error
+from harness.model import Case
+from harness.targets.reference import ReferenceTarget
+
+if TYPE_CHECKING:
+    from hypothesis.strategies import SearchStrategy
+
+    from harness.checks.registry import Example
+
+REFERENCE = ReferenceTarget()
+
+
+def plain(cases: "SearchStrategy[Case]") -> "SearchStrategy[Example]":
+    """Examples that are just a case (no extra parameters)."""
+    return cases.map(lambda case: (case, {}))
+
+
+def with_window(case: Case, request: int, prefix_len: int, extend_len: int) -> Case:
+    """The case with one request's prefill window moved."""
+    requests = list(case.requests)
+    requests[request] = replace(requests[request], prefix_len=prefix_len, extend_len=extend_len)
+    return replace(case, requests=tuple(requests))
+
+
+def windows(schedule: list[int]) -> list[tuple[int, int]]:
+    """``(prefix_len, extend_len)`` of each chunk of a schedule (chunk lengths in order)."""
+    out, start = [], 0
+    for length in schedule:
+        out.append((start, length))
+        start += length
+    return out
+
+
+def scheduled(device: str) -> "SearchStrategy[Example]":
+    """One request with items and a schedule of prefill chunks over its whole sequence."""
+    import strategies as mst
+
+    def add_schedule(case: Case) -> "SearchStrategy[Example]":
+        request = case.requests[0]
+        cuts = sorted({p for item in request.items for s, e in item.spans for p in (s, e + 1)})
+        return mst.schedules(seq_len=request.seq_len, cuts=tuple(cuts)).map(
+            lambda schedule: (case, {"schedule": list(schedule)})
+        )
+
+    return mst.cases(
+        min_requests=1, max_requests=1, min_items_total=1, device=device
+    ).flatmap(add_schedule)
+
+
+def permuted(device: str, coverage: str) -> "SearchStrategy[Example]":
+    """A batch of two or more requests and a permutation of them."""
+    import strategies as mst
+    from hypothesis import strategies as st
+
+    return mst.cases(min_requests=2, coverage=coverage, device=device).flatmap(
+        lambda case: st.permutations(range(len(case.requests))).map(
+            lambda order: (case, {"permutation": list(order)})
+        )
+    )
+
+
+def permute(case: Case, order: list[int]) -> Case:
+    return replace(case, requests=tuple(case.requests[k] for k in order))
+
+
+def alone(case: Case, request: int) -> Case:
+    """The batch holding only one of the case's requests."""
+    return replace(case, requests=(case.requests[request],))
+
+
+def blocks_in_order(call: Callable[[Case], Outcome], case: Case, order: list[int]) -> Outcome:
+    """Each request's result on its own, concatenated in ``order``; ``None`` if none has rows.
+
+    This is what the whole batch in that order must give: the permutation property.
+    """
+    import torch
+
+    blocks = []
+    for r in order:
+        one = call(alone(case, r))
+        if one.raised:
+            raise Failure(
+                f"requests[{r}] alone raised", expected="a tensor or None", actual=show_error(one.error)
+            )
+        if one.value is not None:
+            blocks.append(one.value.reshape(-1, one.value.shape[-1]))
+    return Outcome(value=torch.cat(blocks) if blocks else None)

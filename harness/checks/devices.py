@@ -1,0 +1,62 @@
+"""R6 check: CPU and CUDA give bit-identical results for the same case."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from functools import partial
+
+from harness import tensors
+from harness.checks.common import plain
+from harness.checks.outcome import expect_same, observe
+from harness.checks.prefill import run
+from harness.checks.registry import METAMORPHIC, check
+from harness.model import Case
+from harness.targets.base import CHUNK, PRECOMPUTED, PREFILL, Target
+
+
+def _cases(device: str):
+    import strategies as mst
+
+    return plain(mst.cases(min_items_total=1, device="cpu"))
+
+
+def _results(target: Target, case: Case) -> list:
+    chunks = [
+        observe(
+            partial(
+                target.embedding_chunk,
+                tensors.request_embedding(case, request.items),
+                case,
+                r,
+            )
+        )
+        for r, request in enumerate(case.requests)
+        if request.items
+    ]
+    return [*chunks, observe(partial(target.precomputed_embedding, case)), run(target, case)[0]]
+
+
+@check(
+    "device.cpu_equals_cuda",
+    rule="R6",
+    family=METAMORPHIC,
+    needs={CHUNK, PRECOMPUTED, PREFILL},
+    examples=_cases,
+    needs_cuda=True,
+)
+def cpu_equals_cuda(target: Target, case: Case, params: dict) -> None:
+    """Chunks, precomputed concat and encoder-path rows are bit-identical on CPU and CUDA."""
+    on_cuda = replace(case, device="cuda")
+    for k, (cpu, cuda) in enumerate(zip(_results(target, case), _results(target, on_cuda))):
+        expect_same(case, f"result {k} on cuda vs cpu", _on_cuda(cpu), cuda)
+
+
+def _on_cuda(outcome):
+    """The CPU outcome with its tensors moved to CUDA, so devices compare equal too."""
+    from harness.checks.outcome import Outcome
+
+    if outcome.raised:
+        return outcome
+    move = lambda v: v.to("cuda") if hasattr(v, "to") else v  # noqa: E731
+    value = outcome.value
+    return Outcome(value=tuple(move(v) for v in value) if isinstance(value, tuple) else move(value))

@@ -1,0 +1,49 @@
+"""R3e check: ``get_embedding_and_mask`` end to end, whichever path produced the rows."""
+
+from __future__ import annotations
+
+from functools import partial
+
+from harness import reference, tensors
+from harness.checks.common import plain
+from harness.checks.outcome import Outcome, expect_equal, expect_same, observe
+from harness.checks.prefill import UNLIMITED
+from harness.checks.registry import DIFFERENTIAL, check
+from harness.model import Case
+from harness.targets.base import EMBED_AND_MASK, Encoder, Target
+
+
+def _cases(device: str):
+    import strategies as mst
+
+    return plain(mst.cases(min_items_total=1, device=device))
+
+
+@check(
+    "embed_mask.matches_reference",
+    rule="R3e",
+    family=DIFFERENTIAL,
+    needs={EMBED_AND_MASK},
+    examples=_cases,
+)
+def matches_reference(target: Target, case: Case, params: dict) -> None:
+    """The mask marks exactly the placeholders and the rows, in mask order, are the reference's."""
+    expected = observe(partial(reference.embedding_and_mask, case))
+    encoder = Encoder(case)
+    actual = observe(
+        partial(target.embedding_and_mask, case, encoder, cache=target.new_cache(UNLIMITED))
+    )
+    if expected.raised or actual.raised:
+        expect_same(case, "embedding and mask", expected, actual)
+        return
+    rows, mask = expected.value
+    embedding, actual_mask = actual.value
+    got_mask = [False] * len(mask) if actual_mask is None else actual_mask.reshape(-1).tolist()
+    expect_equal(case, "mask over input_ids", mask, got_mask)
+    got_rows = tensors.materialise(case, []) if embedding is None else embedding
+    expect_same(
+        case,
+        "rows in mask order",
+        Outcome(value=tensors.materialise(case, rows)),
+        Outcome(value=got_rows.reshape(-1, got_rows.shape[-1])),
+    )

@@ -1,0 +1,89 @@
+"""R5 checks: the one-grid-per-item rule and the per-image split that satisfies it."""
+
+from __future__ import annotations
+
+from functools import partial
+
+from harness import tensors
+from harness.checks.common import REFERENCE
+from harness.checks.outcome import Failure, Outcome, expect_equal, expect_same, observe, show_error
+from harness.checks.registry import DIFFERENTIAL, METAMORPHIC, check
+from harness.model import Case, Item, Request
+from harness.targets.base import ONE_GRID, SPLIT, FeatureItem, Target
+
+
+def _grid_cases(aggregated: bool | None):
+    def examples(device: str):
+        import strategies as mst
+
+        def wrap(item: Item):
+            seq_len = item.spans[-1][1] + 1
+            return Case(requests=(Request(seq_len, 0, seq_len, (item,)),), device=device), {}
+
+        return mst.grid_items(aggregated=aggregated).map(wrap)
+
+    return examples
+
+
+def _feature_item(case: Case) -> FeatureItem:
+    item = case.requests[0].items[0]
+    return FeatureItem(item, tensors.item_features(case, item))
+
+
+def _parts(target: Target, case: Case) -> Outcome:
+    """The split as comparable data: (spans, grid, features) per part."""
+    outcome = observe(partial(target.split_item, case, _feature_item(case)))
+    if outcome.raised:
+        return outcome
+    return Outcome(value=[(p.item.spans, p.item.grid, p.features) for p in outcome.value])
+
+
+@check(
+    "grid.one_grid_rule",
+    rule="R5",
+    family=DIFFERENTIAL,
+    needs={ONE_GRID},
+    examples=_grid_cases(None),
+)
+def one_grid_rule(target: Target, case: Case, params: dict) -> None:
+    """One grid row: the features pass through; any other count raises the documented ValueError."""
+
+    def features(t: Target) -> Outcome:
+        return observe(partial(t.image_feature, case, [_feature_item(case)]))
+
+    expect_same(case, "image feature", features(REFERENCE), features(target))
+
+
+@check(
+    "grid.split_matches_reference",
+    rule="R5",
+    family=DIFFERENTIAL,
+    needs={SPLIT},
+    examples=_grid_cases(None),
+)
+def split_matches_reference(target: Target, case: Case, params: dict) -> None:
+    """The split gives one item per span, each with one grid row and its t*h*w feature rows."""
+    expect_same(case, "split items", _parts(REFERENCE, case), _parts(target, case))
+
+
+@check(
+    "grid.split_then_encode",
+    rule="R5",
+    family=METAMORPHIC,
+    needs={SPLIT, ONE_GRID},
+    examples=_grid_cases(True),
+)
+def split_then_encode(target: Target, case: Case, params: dict) -> None:
+    """Every split item passes the one-grid check and their features concatenate to the original."""
+    whole = _feature_item(case)
+    split = observe(partial(target.split_item, case, whole))
+    if split.raised:
+        raise Failure("split raised", expected="split items", actual=show_error(split.error))
+    encoded = observe(partial(target.image_feature, case, split.value))
+    if encoded.raised:
+        raise Failure(
+            f"image_feature refused the {len(split.value)} split item(s)",
+            expected="their features",
+            actual=show_error(encoded.error),
+        )
+    expect_equal(case, "features of the split items", whole.features, encoded.value)

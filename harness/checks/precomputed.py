@@ -1,0 +1,75 @@
+"""R2 checks: the precomputed-embedding concat against the reference, under permutation, and its hazard."""
+
+from __future__ import annotations
+
+from functools import partial
+
+from harness.checks.common import REFERENCE, blocks_in_order, permute, permuted, plain
+from harness.checks.outcome import Hazard, Outcome, expect_same, observe
+from harness.checks.registry import DIFFERENTIAL, HAZARD, METAMORPHIC, check
+from harness.model import Case
+from harness.targets.base import PRECOMPUTED, Target
+
+
+def _cases(coverage: str):
+    def examples(device: str):
+        import strategies as mst
+
+        return plain(mst.cases(coverage=coverage, device=device))
+
+    return examples
+
+
+def _precomputed(target: Target, case: Case) -> Outcome:
+    return observe(partial(target.precomputed_embedding, case))
+
+
+@check(
+    "precomputed.matches_reference",
+    rule="R2",
+    family=DIFFERENTIAL,
+    needs={PRECOMPUTED},
+    examples=_cases("any"),
+)
+def matches_reference(target: Target, case: Case, params: dict) -> None:
+    """The batch's precomputed rows, ``None`` fallback or partial-coverage error equal the reference's."""
+    expect_same(case, "precomputed embedding", _precomputed(REFERENCE, case), _precomputed(target, case))
+
+
+@check(
+    "precomputed.permutation",
+    rule="R2",
+    family=METAMORPHIC,
+    needs={PRECOMPUTED},
+    examples=lambda device: permuted(device, "all"),
+)
+def permutation(target: Target, case: Case, params: dict) -> None:
+    """Permuting fully precomputed requests permutes the result's per-request blocks."""
+    order = params["permutation"]
+    call = partial(_precomputed, target)
+    expect_same(
+        case,
+        f"precomputed embedding of requests in order {order}",
+        blocks_in_order(call, case, order),
+        call(permute(case, order)),
+    )
+
+
+@check(
+    "precomputed.partial_fallback",
+    rule="R2",
+    family=HAZARD,
+    needs={PRECOMPUTED},
+    examples=_cases("partial"),
+)
+def partial_fallback(target: Target, case: Case, params: dict) -> None:
+    """Partially precomputed batches are refused loudly rather than silently re-encoded."""
+    outcome = _precomputed(target, case)
+    if not outcome.raised and outcome.value is None:
+        dropped = sum(item.precomputed for _, _, item in case.items())
+        raise Hazard(
+            f"{dropped} precomputed item(s) ignored: the batch falls back to the encoder"
+            " (a different grouping of the same items raises instead)",
+            expected="NotImplementedError or the precomputed rows",
+            actual="None",
+        )

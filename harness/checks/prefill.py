@@ -1,0 +1,164 @@
+"""R3 checks: the encoder path of chunked prefill, against the reference and against itself.
+
+The metamorphic checks need no reference: a result must not depend on the cache
+(cold, warm, tiny, zero, evicting), the path, the encoder's output form, the
+prefill schedule, or the order of requests in the batch.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from functools import partial
+from typing import Any
+
+from harness import reference
+from harness.checks.common import (
+    REFERENCE,
+    blocks_in_order,
+    permute,
+    permuted,
+    plain,
+    scheduled,
+    windows,
+    with_window,
+)
+from harness.checks.outcome import Failure, Outcome, expect_same, observe, show_error
+from harness.checks.registry import DIFFERENTIAL, METAMORPHIC, check
+from harness.model import Case
+from harness.targets.base import PER_REQUEST_PATH, PREFILL, Encoder, Target
+
+UNLIMITED = 1 << 40
+
+
+def _cases(device: str):
+    import strategies as mst
+
+    return plain(mst.cases(collisions=True, device=device))
+
+
+def run(
+    target: Target,
+    case: Case,
+    *,
+    cache: Any = None,
+    form: str = "tensor",
+    path: str = "batched",
+) -> tuple[Outcome, Encoder]:
+    """One ``chunked_prefill_embedding`` call with a fresh recording encoder (and cache unless given)."""
+    encoder = Encoder(case, form)
+    if cache is None:
+        cache = target.new_cache(UNLIMITED)
+    call = partial(target.chunked_prefill_embedding, case, encoder, cache=cache, path=path)
+    return observe(call), encoder
+
+
+@check("prefill.matches_reference", rule="R3", family=DIFFERENTIAL, needs={PREFILL}, examples=_cases)
+def matches_reference(target: Target, case: Case, params: dict) -> None:
+    """The encoder path's rows equal the reference's, including under hash collisions."""
+    expect_same(case, "chunked prefill embedding", run(REFERENCE, case)[0], run(target, case)[0])
+
+
+@check("prefill.encoder_calls", rule="R3", family=DIFFERENTIAL, needs={PREFILL}, examples=_cases)
+def encoder_calls(target: Target, case: Case, params: dict) -> None:
+    """Only items inside a window are encoded, each ``(hash, token count)`` at most once per batch."""
+    outcome, encoder = run(target, case)
+    if outcome.raised:
+        raise Failure("chunked prefill raised", expected="a tensor or None", actual=show_error(outcome.error))
+    allowed = reference.items_in_windows(case)
+    outside = [key for key in encoder.encoded if key not in allowed]
+    if outside:
+        raise Failure(
+            "items outside every window were encoded",
+            expected=f"only (hash, tokens) in {sorted(allowed)}",
+            actual=f"also {outside}",
+        )
+    repeated = sorted({key for key in encoder.encoded if encoder.encoded.count(key) > 1})
+    if repeated:
+        raise Failure(
+            "an item was encoded more than once in one batch",
+            expected="each (hash, tokens) once",
+            actual=f"{repeated} in calls {encoder.calls}",
+        )
+
+
+def _whole_windows(case: Case) -> Case:
+    return replace(
+        case, requests=tuple(replace(r, prefix_len=0, extend_len=r.seq_len) for r in case.requests)
+    )
+
+
+def _row_bytes(case: Case) -> int:
+    return (4 if case.dtype == "float32" else 2) * case.hidden
+
+
+@check("prefill.cache_independent", rule="R3", family=METAMORPHIC, needs={PREFILL}, examples=_cases)
+def cache_independent(target: Target, case: Case, params: dict) -> None:
+    """Cold, warm, tiny, zero-size and evicting caches all give the cold cache's result."""
+    cold = run(target, case)[0]
+    total_rows = sum(item.token_count for _, _, item in case.items())
+    for name, size in (
+        ("warm", UNLIMITED),
+        ("tiny", 2 * _row_bytes(case)),
+        ("zero", 0),
+        ("evicting", total_rows * _row_bytes(case) // 2),
+    ):
+        cache = target.new_cache(size)
+        run(target, _whole_windows(case), cache=cache)
+        run(target, case, cache=cache)
+        expect_same(case, f"{name} cache (size {size}) vs cold", cold, run(target, case, cache=cache)[0])
+
+
+@check("prefill.path_independent", rule="R3", family=METAMORPHIC, needs={PREFILL}, examples=_cases)
+def path_independent(target: Target, case: Case, params: dict) -> None:
+    """The per-request path and a list-per-item encoder give the batched tensor-encoder result."""
+    batched = run(target, case)[0]
+    expect_same(case, "list-form encoder vs tensor-form", batched, run(target, case, form="list")[0])
+    if PER_REQUEST_PATH in target.capabilities:
+        for form in ("tensor", "list"):
+            expect_same(
+                case,
+                f"per-request path ({form} encoder) vs batched",
+                batched,
+                run(target, case, form=form, path="per_request")[0],
+            )
+
+
+@check("prefill.schedule_concat", rule="R3", family=METAMORPHIC, needs={PREFILL}, examples=scheduled)
+def schedule_concat(target: Target, case: Case, params: dict) -> None:
+    """Prefilling chunk by chunk on one cache gives, concatenated, the single-chunk result."""
+    import torch
+
+    whole = run(target, with_window(case, 0, 0, case.requests[0].seq_len))[0]
+    cache = target.new_cache(UNLIMITED)
+    pieces = []
+    for prefix_len, extend_len in windows(params["schedule"]):
+        piece = run(target, with_window(case, 0, prefix_len, extend_len), cache=cache)[0]
+        if piece.raised:
+            raise Failure(
+                f"chunk at window ({prefix_len}, {extend_len}) raised",
+                expected="a tensor or None",
+                actual=show_error(piece.error),
+            )
+        if piece.value is not None:
+            pieces.append(piece.value)
+    joined = Outcome(value=torch.cat(pieces) if pieces else None)
+    expect_same(case, f"chunks of schedule {params['schedule']} vs one chunk", whole, joined)
+
+
+@check(
+    "prefill.permutation",
+    rule="R3",
+    family=METAMORPHIC,
+    needs={PREFILL},
+    examples=lambda device: permuted(device, "none"),
+)
+def permutation(target: Target, case: Case, params: dict) -> None:
+    """A batch's result is its requests' results, in request order, whatever that order."""
+    order = params["permutation"]
+
+    def call(batch: Case) -> Outcome:
+        return run(target, batch)[0]
+
+    expect_same(
+        case, f"requests in order {order}", blocks_in_order(call, case, order), call(permute(case, order))
+    )

@@ -1,0 +1,104 @@
+"""The registry of named checks, in the manner of schemathesis's checks.
+
+A check is an id, the rule it guards, its family, the target capabilities it
+needs, a strategy of examples and a property. An example is ``(case, params)``:
+the case plus the few extra draws (a schedule, a permutation) a property needs,
+kept as JSON so a shrunk example can be saved and replayed.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Callable
+
+from harness.model import Case
+
+if TYPE_CHECKING:
+    from hypothesis.strategies import SearchStrategy
+
+    from harness.targets.base import Target
+
+DIFFERENTIAL = "differential"
+METAMORPHIC = "metamorphic"
+ROBUSTNESS = "robustness"
+HAZARD = "hazard"
+FAMILIES = (DIFFERENTIAL, METAMORPHIC, ROBUSTNESS, HAZARD)
+
+Params = dict[str, Any]
+Example = tuple[Case, Params]
+Property = Callable[["Target", Case, Params], None]
+
+
+@dataclass(frozen=True)
+class Check:
+    id: str
+    rule: str
+    family: str
+    needs: frozenset[str]
+    examples: Callable[[str], "SearchStrategy[Example]"]
+    """Given a device name, the strategy of examples for this check."""
+    property: Property
+    doc: str
+    needs_cuda: bool = False
+
+
+CHECKS: dict[str, Check] = {}
+_MODULES = ("chunk", "precomputed", "prefill", "embed_mask", "tokens", "grids", "devices")
+
+
+def check(
+    check_id: str,
+    *,
+    rule: str,
+    family: str,
+    needs: set[str],
+    examples: Callable[[str], "SearchStrategy[Example]"],
+    needs_cuda: bool = False,
+) -> Callable[[Property], Property]:
+    """Register the decorated function as the property of a check."""
+    if family not in FAMILIES:
+        raise ValueError(f"{check_id}: unknown family {family!r}")
+
+    def register(prop: Property) -> Property:
+        if check_id in CHECKS:
+            raise ValueError(f"check {check_id!r} registered twice")
+        CHECKS[check_id] = Check(
+            check_id,
+            rule,
+            family,
+            frozenset(needs),
+            examples,
+            prop,
+            (prop.__doc__ or "").strip().splitlines()[0],
+            needs_cuda,
+        )
+        return prop
+
+    return register
+
+
+def all_checks() -> dict[str, Check]:
+    """Every registered check, by id (the check modules are imported on first use)."""
+    import importlib
+
+    for name in _MODULES:
+        importlib.import_module(f"harness.checks.{name}")
+    return dict(sorted(CHECKS.items()))
+
+
+def select(ids: list[str] | None) -> list[Check]:
+    """The checks named by ``ids`` (exact ids or a family/rule/prefix), all when ``None``."""
+    known = all_checks()
+    if not ids:
+        return list(known.values())
+    chosen: dict[str, Check] = {}
+    for wanted in ids:
+        matches = [
+            c
+            for c in known.values()
+            if wanted in (c.id, c.family, c.rule) or c.id.startswith(wanted + ".")
+        ]
+        if not matches:
+            raise KeyError(wanted)
+        chosen.update((c.id, c) for c in matches)
+    return list(chosen.values())

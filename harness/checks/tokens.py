@@ -1,0 +1,78 @@
+"""R4 checks: the placeholder count and the embedding-length adjustment."""
+
+from __future__ import annotations
+
+from functools import partial
+
+from harness import reference, tensors
+from harness.checks.common import REFERENCE, plain
+from harness.checks.outcome import Hazard, describe, expect_equal, expect_same, observe
+from harness.checks.registry import DIFFERENTIAL, HAZARD, check
+from harness.model import Case
+from harness.targets.base import ADJUST, COUNT, Target
+
+
+def _cases(device: str):
+    import strategies as mst
+
+    return plain(mst.cases(device=device))
+
+
+def _lengths(min_wanted: int, max_wanted: int):
+    def examples(device: str):
+        from hypothesis import strategies as st
+
+        import strategies as mst
+
+        return st.tuples(
+            mst.cases(max_requests=0, device=device),
+            st.integers(0, 12),
+            st.integers(min_wanted, max_wanted),
+        ).map(lambda drawn: (drawn[0], {"rows": drawn[1], "wanted": drawn[2]}))
+
+    return examples
+
+
+@check("count.matches_reference", rule="R4", family=DIFFERENTIAL, needs={COUNT}, examples=_cases)
+def count_matches_reference(target: Target, case: Case, params: dict) -> None:
+    """The count equals the reference's and the placeholder count of the mask built from input_ids."""
+    import torch
+
+    input_ids, placeholders = tensors.input_ids(case)
+    in_mask = int(torch.isin(input_ids, placeholders).sum())
+    expect_equal(case, "reference count vs input_ids placeholders", reference.count_mm_tokens(case), in_mask)
+    expect_same(
+        case,
+        "MM tokens in extend",
+        observe(partial(REFERENCE.count_mm_tokens, case)),
+        observe(partial(target.count_mm_tokens, case)),
+    )
+
+
+def _adjust(target: Target, case: Case, params: dict):
+    embedding = tensors.block(1, params["rows"], case)
+    return observe(partial(target.adjust_embedding_length, embedding, params["wanted"]))
+
+
+@check(
+    "adjust.matches_reference",
+    rule="R4",
+    family=DIFFERENTIAL,
+    needs={ADJUST},
+    examples=_lengths(1, 12),
+)
+def adjust_matches_reference(target: Target, case: Case, params: dict) -> None:
+    """Extra rows are cut from the front (keep the last n); too few raise "Insufficient ..."."""
+    expect_same(case, "adjusted embedding", _adjust(REFERENCE, case, params), _adjust(target, case, params))
+
+
+@check("adjust.zero_keeps_all", rule="R4", family=HAZARD, needs={ADJUST}, examples=_lengths(0, 0))
+def zero_keeps_all(target: Target, case: Case, params: dict) -> None:
+    """Adjusting to zero placeholders leaves no rows (``embedding[-0:]`` keeps them all)."""
+    outcome = _adjust(target, case, params)
+    if not outcome.raised and outcome.value.shape[0] != 0:
+        raise Hazard(
+            f"{params['rows']} rows adjusted to 0 placeholders kept rows",
+            expected="tensor[0, hidden]",
+            actual=describe(outcome.value),
+        )

@@ -1,0 +1,53 @@
+"""Target specs (DESIGN §5) -> ``Target`` objects, with one-line errors for bad specs."""
+
+from __future__ import annotations
+
+import importlib
+
+from harness.targets.base import Target, TargetError
+
+SPEC_FORMS = "reference, mutant:NAME, or module:attr"
+
+
+def resolve(spec: str) -> Target:
+    """The target a spec names; ``TargetError`` with what to do instead when it names none."""
+    if spec == "reference":
+        from harness.targets.reference import ReferenceTarget
+
+        return ReferenceTarget()
+    if spec.startswith("mutant:"):
+        from harness.targets.mutants import MUTANTS, mutant
+
+        name = spec.removeprefix("mutant:")
+        if name not in MUTANTS:
+            raise TargetError(f"unknown mutant {name!r}; `mmharness targets` lists all {len(MUTANTS)}")
+        return mutant(name)
+    if ":" in spec:
+        return _user_adapter(spec)
+    raise TargetError(f"unknown target {spec!r}: expected {SPEC_FORMS}")
+
+
+def _user_adapter(spec: str) -> Target:
+    module_name, _, attr = spec.partition(":")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as error:
+        raise TargetError(f"target {spec!r}: cannot import {module_name!r}: {error}") from error
+    obj = getattr(module, attr, None)
+    if obj is None:
+        raise TargetError(f"target {spec!r}: module {module_name!r} has no attribute {attr!r}")
+    target = obj() if isinstance(obj, type) else obj
+    if not isinstance(target, Target):
+        raise TargetError(
+            f"target {spec!r}: {attr!r} does not implement harness.targets.base.Target"
+        )
+    return target
+
+
+def listing() -> list[tuple[str, str]]:
+    """Every built-in target spec with a one-line description, for ``mmharness targets``."""
+    from harness.targets.mutants import MUTANTS
+
+    rows = [("reference", "the reference model (self-check)")]
+    rows += [(f"mutant:{m.name}", f"[{m.rule}] {m.description}") for m in MUTANTS.values()]
+    return rows

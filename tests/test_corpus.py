@@ -1,0 +1,32 @@
+"""Every regression case in ``corpus/regressions`` replays cleanly on the selected target.
+
+Committing a saved finding here is how it becomes a regression test.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from harness import payload
+from harness.checks import all_checks
+from harness.report import failure_details
+from harness.runner import FAILED, replay
+
+REGRESSIONS = sorted((Path(__file__).parent.parent / "corpus" / "regressions").glob("*.json"))
+
+
+def test_there_are_regression_cases():
+    assert len(REGRESSIONS) >= 2
+
+
+@pytest.mark.parametrize("path", REGRESSIONS, ids=[p.name for p in REGRESSIONS])
+def test_regression_case_replays(path, mm_target, request):
+    document = payload.load_document(path)
+    check_id = document.provenance.get("check")
+    checks = all_checks()
+    assert check_id in checks, f"{path.name} names no known check: {check_id!r}"
+    result = replay(checks[check_id], mm_target, (document.case, document.params))
+    spec = request.config.getoption("--mm-target")
+    assert result.status != FAILED, failure_details(result, spec)

@@ -1,0 +1,66 @@
+"""The validator names the offending field of every malformed case."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from harness import tensors
+from harness.model import Case, CaseError, Item, Request, validate
+
+
+def one(*items: Item, seq_len: int = 10, prefix: int = 0, extend: int = 10) -> Case:
+    return Case(requests=(Request(seq_len, prefix, extend, items),))
+
+
+@pytest.mark.parametrize(
+    ("case", "path", "words"),
+    [
+        (one(Item(((3, 2),), 1)), "requests[0].items[0].spans[0]", "end 2 < start 3"),
+        (one(Item(((5, 10),), 1)), "requests[0].items[0].spans[0]", "outside [0, 10)"),
+        (one(Item(((-1, 2),), 1)), "requests[0].items[0].spans[0]", "outside"),
+        (one(Item(((4, 5),), 1), Item(((1, 2),), 2)), "requests[0].items[1].spans[0]", "increasing"),
+        (one(Item(((1, 5),), 1), Item(((5, 6),), 2)), "requests[0].items[1].spans[0]", "disjoint"),
+        (one(prefix=-1, extend=3), "requests[0].prefix_len", "negative"),
+        (one(prefix=0, extend=-2), "requests[0].extend_len", "negative"),
+        (one(prefix=4, extend=7), "requests[0].extend_len", "past seq_len 10"),
+        (one(Item(((1, 2),), 1, rows=3)), "requests[0].items[0].rows", "3 embedding rows for 2"),
+        (one(Item((), 1)), "requests[0].items[0].spans", "at least one span"),
+        (one(Item(((1, 2),), 1, grid=((1, 0, 2),))), "requests[0].items[0].grid[0]", "positive"),
+        (Case(requests=(), dtype="float64"), "dtype", "float64"),
+        (Case(requests=(), ndim=4), "ndim", "2 or 3"),
+    ],
+)
+def test_validator_names_the_field(case, path, words):
+    with pytest.raises(CaseError) as raised:
+        validate(case)
+    assert raised.value.path == path
+    assert str(raised.value).startswith(f"{path}: ")
+    assert words in str(raised.value)
+
+
+def test_well_formed_case_passes():
+    validate(one(Item(((0, 1),), 1), Item(((2, 2), (5, 9)), 2, modality="video"), prefix=3, extend=7))
+
+
+def test_rows_are_deterministic_and_exact_in_every_dtype():
+    import torch
+
+    for dtype in ("float32", "float16", "bfloat16"):
+        case = Case(requests=(), hidden=6, dtype=dtype)
+        a = tensors.block(42, 5, case)
+        assert torch.equal(a, tensors.block(42, 5, case))
+        assert torch.equal(a.float(), tensors.block(42, 5, Case(requests=(), hidden=6)))
+        assert not torch.equal(a, tensors.block(43, 5, case))
+
+
+def test_importing_harness_and_strategies_does_not_import_torch():
+    code = (
+        "import sys, harness, harness.model, harness.reference, harness.checks, harness.cli,"
+        " harness.payload, harness.targets.specs, strategies;"
+        "harness.checks.all_checks();"
+        "assert 'torch' not in sys.modules, 'torch imported'"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True)

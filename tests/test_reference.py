@@ -1,0 +1,156 @@
+"""Hand-worked examples for every rule of the reference model (DESIGN §3)."""
+
+from __future__ import annotations
+
+import pytest
+
+from harness import reference
+from harness.model import Case, Item, Request, Row
+
+# SGLang's own unit-test table: three items in a sequence of 30.
+TABLE_SPANS = ((2, 5), (9, 14), (20, 24))
+TABLE = [
+    # (prefix, extend) -> rows of the concatenated embedding, start, end
+    ((0, 8), list(range(0, 4)), 0, 4),
+    ((8, 8), list(range(4, 10)), 4, 10),
+    ((16, 8), list(range(10, 14)), 10, 14),
+    ((24, 6), [14], 14, 15),
+]
+
+
+@pytest.mark.parametrize(("window", "rows", "start", "end"), TABLE)
+def test_r1_sglang_table(window, rows, start, end):
+    assert reference.embedding_chunk(TABLE_SPANS, *window) == (rows, start, end)
+
+
+def test_r1_table_windows_partition_the_rows():
+    together = [row for window, rows, _, _ in TABLE for row in rows]
+    assert together == list(range(15))
+
+
+@pytest.mark.parametrize(
+    ("prefix", "extend", "expected"),
+    [
+        (5, 0, ([], 3, 3)),  # an empty window is empty, with start == end
+        (0, 0, ([], 0, 0)),
+        (5, 5, ([3, 4], 3, 5)),  # last row of the first span, first of the second
+        (6, 3, ([], 4, 4)),  # a window inside the gap
+        (0, 30, (list(range(15)), 0, 15)),
+    ],
+)
+def test_r1_edges(prefix, extend, expected):
+    assert reference.embedding_chunk(TABLE_SPANS, prefix, extend) == expected
+
+
+def test_r1_multi_span_item_rows_follow_positions():
+    video = Item(spans=((1, 2), (5, 6)), hash=9, modality="video")
+    request = Request(seq_len=8, prefix_len=2, extend_len=4, items=(video,))
+    assert reference.window_rows(request) == [Row(9, 4, 1), Row(9, 4, 2)]
+
+
+def _req(*items: Item, prefix: int = 0, extend: int = 10) -> Request:
+    return Request(seq_len=10, prefix_len=prefix, extend_len=extend, items=items)
+
+
+def img(start: int, end: int, hash_: int, precomputed: bool) -> Item:
+    return Item(spans=((start, end),), hash=hash_, precomputed=precomputed)
+
+
+def test_r2_all_precomputed_concatenates_windows_in_request_order():
+    case = Case(
+        requests=(
+            _req(img(0, 1, 1, True), prefix=1, extend=9),
+            _req(),  # skipped: no items
+            _req(img(4, 5, 2, True)),
+        )
+    )
+    assert reference.precomputed_embedding(case) == [Row(1, 2, 1), Row(2, 2, 0), Row(2, 2, 1)]
+
+
+def test_r2_none_precomputed_is_none():
+    case = Case(requests=(_req(img(0, 1, 1, False)),))
+    assert reference.precomputed_embedding(case) is None
+
+
+def test_r2_founding_scenario_partial_single_item_requests_raise():
+    case = Case(requests=(_req(img(0, 1, 1, True)), _req(img(0, 1, 2, False))))
+    with pytest.raises(NotImplementedError, match=r"^MM inputs where only some items are precomputed\.$"):
+        reference.precomputed_embedding(case)
+
+
+def test_r2_founding_scenario_partial_inside_multi_item_request_falls_back():
+    case = Case(requests=(_req(img(0, 1, 1, True), img(3, 4, 2, False)),))
+    assert reference.precomputed_embedding(case) is None
+    assert reference.is_partially_precomputed(case)
+
+
+def test_r2_multi_item_fallback_wins_over_the_error_wherever_it_is():
+    case = Case(
+        requests=(
+            _req(img(0, 1, 1, True)),
+            _req(img(0, 1, 2, False)),
+            _req(img(0, 1, 3, True), img(3, 4, 4, False)),
+        )
+    )
+    assert reference.precomputed_embedding(case) is None
+
+
+def test_r3_rows_of_every_window_and_none_without_positions():
+    case = Case(requests=(_req(img(2, 4, 1, False), prefix=3, extend=5), _req(img(0, 0, 2, False))))
+    assert reference.chunked_prefill_embedding(case) == [Row(1, 3, 1), Row(1, 3, 2), Row(2, 1, 0)]
+    assert reference.items_in_windows(case) == {(1, 3), (2, 1)}
+    gap = Case(requests=(_req(img(2, 4, 1, False), prefix=5, extend=5),))
+    assert reference.chunked_prefill_embedding(gap) is None
+    assert reference.items_in_windows(gap) == set()
+
+
+def test_r3_collision_rows_are_each_items_own():
+    case = Case(requests=(_req(img(0, 1, 7, False), img(3, 5, 7, False)),))
+    rows = reference.chunked_prefill_embedding(case)
+    assert rows == [Row(7, 2, 0), Row(7, 2, 1), Row(7, 3, 0), Row(7, 3, 1), Row(7, 3, 2)]
+
+
+def test_r3e_mask_marks_exactly_the_window_placeholders():
+    case = Case(requests=(_req(img(2, 3, 1, False), prefix=1, extend=3), _req(img(0, 0, 2, False), extend=2)))
+    rows, mask = reference.embedding_and_mask(case)
+    assert mask == [False, True, True, True, False]
+    assert rows == [Row(1, 2, 0), Row(1, 2, 1), Row(2, 1, 0)]
+
+
+def test_r3e_partial_coverage_raises_like_r2():
+    case = Case(requests=(_req(img(0, 1, 1, True)), _req(img(0, 1, 2, False))))
+    with pytest.raises(NotImplementedError):
+        reference.embedding_and_mask(case)
+
+
+def test_r4_count_and_adjust():
+    case = Case(requests=(_req(img(2, 5, 1, False), prefix=3, extend=2), _req(img(8, 9, 2, False))))
+    assert reference.count_mm_tokens(case) == 4
+    assert reference.adjust_embedding_length(5, 3) == range(2, 5)  # keep the last rows
+    assert reference.adjust_embedding_length(5, 5) == range(0, 5)
+    assert reference.adjust_embedding_length(5, 0) == range(5, 5)
+    with pytest.raises(RuntimeError, match=r"^Insufficient multimodal embedding length"):
+        reference.adjust_embedding_length(2, 3)
+
+
+AGGREGATED = Item(
+    spans=((1, 4), (6, 7), (9, 14)), hash=5, grid=((1, 2, 2), (1, 1, 2), (2, 1, 3))
+)
+
+
+def test_r5_founding_scenario_aggregated_grid_is_refused():
+    with pytest.raises(ValueError) as raised:
+        reference.check_one_grid(AGGREGATED)
+    assert str(raised.value) == (
+        "Kimi-K3 expects one vision grid per MultimodalDataItem; "
+        "split aggregated encoder inputs before get_image_feature()"
+    )
+
+
+def test_r5_split_is_lossless_and_each_part_passes():
+    parts = reference.split_item(AGGREGATED)
+    assert [p.span for p in parts] == list(AGGREGATED.spans)
+    assert [p.features for p in parts] == [range(0, 4), range(4, 6), range(6, 12)]
+    assert AGGREGATED.patch_count == 12
+    for part in parts:
+        reference.check_one_grid(Item(spans=(part.span,), hash=5, grid=(part.grid_row,)))
