@@ -39,7 +39,9 @@ def _parser() -> argparse.ArgumentParser:
     check.add_argument("--seed", type=int, metavar="N")
     check.add_argument("--junit", metavar="FILE", help="write a JUnit XML report")
     check.add_argument("--json", metavar="FILE", help="write a JSON report")
-    check.add_argument("--baseline", metavar="FILE", help="a JSON report of known findings to tolerate")
+    check.add_argument(
+        "--baseline", metavar="FILE", help="a JSON report of known findings to tolerate"
+    )
     check.add_argument("--strict", action="store_true", help="hazards fail the run too")
     check.add_argument(
         "--findings",
@@ -51,6 +53,21 @@ def _parser() -> argparse.ArgumentParser:
     replay = sub.add_parser("replay", help="re-run saved cases")
     replay.add_argument("cases", nargs="+", metavar="CASE.json")
     replay.add_argument("--target", help="target spec (default: the one the case was saved from)")
+
+    matrix = sub.add_parser("matrix", help="run checks over several targets; a check x target table")
+    matrix.add_argument(
+        "--target",
+        action="append",
+        required=True,
+        dest="targets",
+        metavar="SPEC",
+        help="a target spec; repeat, oldest release first",
+    )
+    matrix.add_argument("--checks", action="append", metavar="IDS")
+    matrix.add_argument("--profile", choices=("ci", "dev", "deep"), default="ci")
+    matrix.add_argument("--max-examples", type=int, metavar="N")
+    matrix.add_argument("--json", metavar="FILE", help="write the table as JSON")
+    matrix.add_argument("--strict", action="store_true", help="hazards count as failing")
 
     targets = sub.add_parser("targets", help="list targets, or describe one")
     targets.add_argument("spec", nargs="?")
@@ -88,6 +105,7 @@ def main(argv: list[str] | None = None) -> int:
         "targets": _targets,
         "checks": _checks,
         "fuzz": _fuzz,
+        "matrix": _matrix,
     }
     try:
         return command[args.command](args)
@@ -139,8 +157,7 @@ def _check(args: argparse.Namespace) -> int:
     target = _target(args.target)
     checks = _selected_checks(args.checks)
     known = _baseline(args.baseline)
-    if args.max_examples is not None and args.max_examples < 1:
-        raise UsageError(f"--max-examples must be >= 1, got {args.max_examples}")
+    _check_max_examples(args.max_examples)
     devices = ["cpu", "cuda"] if args.device == "all" else [args.device]
     if args.device == "cuda" and not cuda_available():
         raise UsageError("--device cuda: no CUDA device is visible (try --device cpu)")
@@ -185,12 +202,14 @@ def _replay(args: argparse.Namespace) -> int:
     worst = 0
     for path in args.cases:
         try:
-            document = payload.load(path)
+            document = payload.load_document(path)
         except (OSError, payload.PayloadError) as error:
             raise UsageError(f"{path}: {error}") from None
         check_id = document.provenance.get("check")
         if check_id not in checks:
-            raise UsageError(f"{path}: names no known check ({check_id!r}); `mmharness checks` lists them")
+            raise UsageError(
+                f"{path}: names no known check ({check_id!r}); `mmharness checks` lists them"
+            )
         spec = args.target or document.provenance.get("target", "reference")
         result = replay(checks[check_id], _target(spec), (document.case, document.params))
         result.saved = path
@@ -201,11 +220,40 @@ def _replay(args: argparse.Namespace) -> int:
     return worst
 
 
+def _matrix(args: argparse.Namespace) -> int:
+    from harness import report
+    from harness.matrix import render, run_matrix
+
+    checks = _selected_checks(args.checks)
+    _check_max_examples(args.max_examples)
+
+    def progress(spec: str, result) -> None:
+        shown = "could not load" if result is None else f"{result.check.id}: {result.status}"
+        print(f"  {spec}: {shown}", file=sys.stderr, flush=True)
+
+    matrix = run_matrix(
+        args.targets, checks, args.profile, max_examples=args.max_examples, progress=progress
+    )
+    print(render(matrix, color=report.use_color(sys.stdout), strict=args.strict))
+    if args.json:
+        report.write(args.json, json.dumps(matrix.as_json(strict=args.strict), indent=2) + "\n")
+    return 0
+
+
+def _check_max_examples(value: int | None) -> None:
+    if value is not None and value < 1:
+        raise UsageError(f"--max-examples must be >= 1, got {value}")
+
+
 def _targets(args: argparse.Namespace) -> int:
     if args.spec:
-        description = _target(args.spec).describe()
-        for key, value in description.items():
-            print(f"{key}: {value}")
+        for key, value in _target(args.spec).describe().items():
+            if isinstance(value, (list, tuple, set, frozenset)):
+                print(f"{key}: ({len(value)})")
+                for entry in sorted(map(str, value)) if isinstance(value, (set, frozenset)) else value:
+                    print(f"  {entry}")
+            else:
+                print(f"{key}: {value}")
         return 0
     from harness.targets.specs import listing
 

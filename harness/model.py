@@ -7,8 +7,9 @@ so cases stay small, compare by value and shrink well.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Iterator, NamedTuple
+from typing import NamedTuple
 
 DTYPES = ("float32", "float16", "bfloat16")
 NDIMS = (2, 3)
@@ -168,9 +169,7 @@ def _request_problems(path: str, request: Request) -> Iterator[CaseError]:
             if end < start:
                 yield CaseError(span_at, f"end {end} < start {start}")
             elif start < 0 or end >= request.seq_len:
-                yield CaseError(
-                    span_at, f"({start}, {end}) outside [0, {request.seq_len})"
-                )
+                yield CaseError(span_at, f"({start}, {end}) outside [0, {request.seq_len})")
             elif start <= previous_end:
                 yield CaseError(
                     span_at,
@@ -190,4 +189,6 @@ def _request_problems(path: str, request: Request) -> Iterator[CaseError]:
             )
         for g, row in enumerate(item.grid):
             if len(row) != 3 or any(n < 1 for n in row):
-                yield CaseError(f"{item_at}.grid[{g}]", f"expected three positive ints (t, h, w), got {row}")
+                yield CaseError(
+                    f"{item_at}.grid[{g}]", f"expected three positive ints (t, h, w), got {row}"
+                )

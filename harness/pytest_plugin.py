@@ -15,7 +15,9 @@ HYPOTHESIS_PROFILES = {"mm-ci": True, "mm-dev": False}
 def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("mmharness")
     group.addoption("--mm-target", default="reference", help="target spec the checks run against")
-    group.addoption("--mm-device", default="cpu", choices=("cpu", "cuda"), help="device of the cases")
+    group.addoption(
+        "--mm-device", default="cpu", choices=("cpu", "cuda"), help="device of the cases"
+    )
     group.addoption(
         "--mm-profile", default="ci", choices=("ci", "dev", "deep"), help="check budget profile"
     )

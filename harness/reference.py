@@ -130,9 +130,7 @@ def count_mm_tokens(case: Case) -> int:
 def adjust_embedding_length(row_count: int, wanted: int) -> range:
     """R4: which rows survive when an embedding of ``row_count`` rows must serve ``wanted`` placeholders."""
     if row_count < wanted:
-        raise RuntimeError(
-            f"{INSUFFICIENT_PREFIX}: {wanted} placeholders vs {row_count} rows"
-        )
+        raise RuntimeError(f"{INSUFFICIENT_PREFIX}: {wanted} placeholders vs {row_count} rows")
     return range(row_count - wanted, row_count)
 
 
@@ -157,11 +155,9 @@ class SplitPart:
 def split_item(item: Item) -> list[SplitPart]:
     """R5: one part per span, each owning the next ``t*h*w`` feature rows."""
     if len(item.spans) != len(item.grid):
-        raise ValueError(
-            f"cannot split {len(item.spans)} spans over {len(item.grid)} grid rows"
-        )
+        raise ValueError(f"cannot split {len(item.spans)} spans over {len(item.grid)} grid rows")
     parts, offset = [], 0
-    for span, (t, h, w) in zip(item.spans, item.grid):
+    for span, (t, h, w) in zip(item.spans, item.grid, strict=True):
         parts.append(SplitPart(span, (t, h, w), range(offset, offset + t * h * w)))
         offset += t * h * w
     return parts

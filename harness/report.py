@@ -123,7 +123,10 @@ def as_junit(results: list[Result], target_spec: str) -> str:
     )
     for r in results:
         case = ElementTree.SubElement(
-            suite, "testcase", classname=f"mmharness.{r.check.rule}", name=f"{r.check.id}[{r.device}]"
+            suite,
+            "testcase",
+            classname=f"mmharness.{r.check.rule}",
+            name=f"{r.check.id}[{r.device}]",
         )
         if r.status == FAILED:
             node = ElementTree.SubElement(case, "failure", message=r.reason)

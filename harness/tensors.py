@@ -8,8 +8,9 @@ torch is imported here, and only when a tensor is first made.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from functools import lru_cache
-from typing import TYPE_CHECKING, Sequence
+from typing import TYPE_CHECKING
 
 from harness.model import Case, Item, Row
 
@@ -34,40 +35,40 @@ def _seed(key: int, count: int) -> int:
 
 
 @lru_cache(maxsize=4096)
-def _block(key: int, count: int, hidden: int, dtype: str) -> "torch.Tensor":
+def _block(key: int, count: int, hidden: int, dtype: str) -> torch.Tensor:
     torch = _torch()
     generator = torch.Generator().manual_seed(_seed(key, count))
-    values = torch.randint(
-        -VALUE_BOUND, VALUE_BOUND + 1, (count, hidden), generator=generator
-    )
+    values = torch.randint(-VALUE_BOUND, VALUE_BOUND + 1, (count, hidden), generator=generator)
     return values.to(getattr(torch, dtype))
 
 
-def block(key: int, count: int, case: Case) -> "torch.Tensor":
+def block(key: int, count: int, case: Case) -> torch.Tensor:
     """The full ``[count, hidden]`` tensor keyed by ``key`` (a fresh copy, on the case's device)."""
     return _block(key, count, case.hidden, case.dtype).clone().to(case.device)
 
 
-def shaped(tensor: "torch.Tensor", case: Case) -> "torch.Tensor":
+def shaped(tensor: torch.Tensor, case: Case) -> torch.Tensor:
     """Give a 2-D tensor the case's ``ndim`` (3-D means ``[1, n, H]``, as some models hand it)."""
     return tensor.unsqueeze(0) if case.ndim == 3 else tensor
 
 
-def item_rows(case: Case, item: Item) -> "torch.Tensor":
+def item_rows(case: Case, item: Item) -> torch.Tensor:
     """The item's whole 2-D embedding: ``row_count`` rows in span order (none for a reversed span)."""
     return block(item.hash, max(item.row_count, 0), case)
 
 
-def item_embedding(case: Case, item: Item) -> "torch.Tensor":
+def item_embedding(case: Case, item: Item) -> torch.Tensor:
     """The item's whole embedding, shaped by ``case.ndim``."""
     return shaped(item_rows(case, item), case)
 
 
-def request_embedding(case: Case, items: Sequence[Item]) -> "torch.Tensor":
+def request_embedding(case: Case, items: Sequence[Item]) -> torch.Tensor:
     """The concatenated embedding of a request's items, as R1 receives it."""
     torch = _torch()
     parts = [item_rows(case, item) for item in items]
-    flat = torch.cat(parts) if parts else torch.empty(0, case.hidden, dtype=getattr(torch, case.dtype))
+    flat = (
+        torch.cat(parts) if parts else torch.empty(0, case.hidden, dtype=getattr(torch, case.dtype))
+    )
     return shaped(flat.to(case.device), case)
 
 
@@ -75,12 +76,12 @@ def feature_key(item: Item) -> int:
     return item.hash ^ FEATURE_SALT
 
 
-def item_features(case: Case, item: Item) -> "torch.Tensor":
+def item_features(case: Case, item: Item) -> torch.Tensor:
     """The item's vision features: ``t*h*w`` patch rows per grid row, 2-D."""
     return block(feature_key(item), item.patch_count, case)
 
 
-def materialise(case: Case, rows: Sequence[Row]) -> "torch.Tensor":
+def materialise(case: Case, rows: Sequence[Row]) -> torch.Tensor:
     """Stack symbolic rows into a ``[len(rows), hidden]`` tensor on the case's device."""
     torch = _torch()
     if not rows:
@@ -101,7 +102,7 @@ def placeholder_id(item: Item) -> int:
     return PLACEHOLDER_BASE + item.hash % PLACEHOLDER_BASE
 
 
-def input_ids(case: Case) -> tuple["torch.Tensor", "torch.Tensor"]:
+def input_ids(case: Case) -> tuple[torch.Tensor, torch.Tensor]:
     """The batch's ``input_ids`` (each request's window) and its sorted placeholder ids.
 
     Positions of an item hold its placeholder id; every other position holds a
@@ -120,7 +121,7 @@ def input_ids(case: Case) -> tuple["torch.Tensor", "torch.Tensor"]:
     )
 
 
-def explain_rows(case: Case, tensor: "torch.Tensor") -> str:
+def explain_rows(case: Case, tensor: torch.Tensor) -> str:
     """Name the source of each row, e.g. ``= r0.i1[2:6] r1.i0[0:1] ?``, so a diff reads as a story.
 
     Rows are recognised by value among the case's item rows; ``?`` is a row no

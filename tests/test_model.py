@@ -21,7 +21,11 @@ def one(*items: Item, seq_len: int = 10, prefix: int = 0, extend: int = 10) -> C
         (one(Item(((3, 2),), 1)), "requests[0].items[0].spans[0]", "end 2 < start 3"),
         (one(Item(((5, 10),), 1)), "requests[0].items[0].spans[0]", "outside [0, 10)"),
         (one(Item(((-1, 2),), 1)), "requests[0].items[0].spans[0]", "outside"),
-        (one(Item(((4, 5),), 1), Item(((1, 2),), 2)), "requests[0].items[1].spans[0]", "increasing"),
+        (
+            one(Item(((4, 5),), 1), Item(((1, 2),), 2)),
+            "requests[0].items[1].spans[0]",
+            "increasing",
+        ),
         (one(Item(((1, 5),), 1), Item(((5, 6),), 2)), "requests[0].items[1].spans[0]", "disjoint"),
         (one(prefix=-1, extend=3), "requests[0].prefix_len", "negative"),
         (one(prefix=0, extend=-2), "requests[0].extend_len", "negative"),
@@ -42,7 +46,9 @@ def test_validator_names_the_field(case, path, words):
 
 
 def test_well_formed_case_passes():
-    validate(one(Item(((0, 1),), 1), Item(((2, 2), (5, 9)), 2, modality="video"), prefix=3, extend=7))
+    validate(
+        one(Item(((0, 1),), 1), Item(((2, 2), (5, 9)), 2, modality="video"), prefix=3, extend=7)
+    )
 
 
 def test_rows_are_deterministic_and_exact_in_every_dtype():

@@ -74,7 +74,9 @@ def test_r2_none_precomputed_is_none():
 
 def test_r2_founding_scenario_partial_single_item_requests_raise():
     case = Case(requests=(_req(img(0, 1, 1, True)), _req(img(0, 1, 2, False))))
-    with pytest.raises(NotImplementedError, match=r"^MM inputs where only some items are precomputed\.$"):
+    with pytest.raises(
+        NotImplementedError, match=r"^MM inputs where only some items are precomputed\.$"
+    ):
         reference.precomputed_embedding(case)
 
 
@@ -111,7 +113,12 @@ def test_r3_collision_rows_are_each_items_own():
 
 
 def test_r3e_mask_marks_exactly_the_window_placeholders():
-    case = Case(requests=(_req(img(2, 3, 1, False), prefix=1, extend=3), _req(img(0, 0, 2, False), extend=2)))
+    case = Case(
+        requests=(
+            _req(img(2, 3, 1, False), prefix=1, extend=3),
+            _req(img(0, 0, 2, False), extend=2),
+        )
+    )
     rows, mask = reference.embedding_and_mask(case)
     assert mask == [False, True, True, True, False]
     assert rows == [Row(1, 2, 0), Row(1, 2, 1), Row(2, 1, 0)]
@@ -133,9 +140,7 @@ def test_r4_count_and_adjust():
         reference.adjust_embedding_length(2, 3)
 
 
-AGGREGATED = Item(
-    spans=((1, 4), (6, 7), (9, 14)), hash=5, grid=((1, 2, 2), (1, 1, 2), (2, 1, 3))
-)
+AGGREGATED = Item(spans=((1, 4), (6, 7), (9, 14)), hash=5, grid=((1, 2, 2), (1, 1, 2), (2, 1, 3)))
 
 
 def test_r5_founding_scenario_aggregated_grid_is_refused():

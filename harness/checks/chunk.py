@@ -6,7 +6,16 @@ from functools import partial
 
 from harness import tensors
 from harness.checks.common import REFERENCE, plain, scheduled, windows, with_window
-from harness.checks.outcome import Failure, Hazard, describe, expect_equal, expect_same, is_clear_error, observe, show_error
+from harness.checks.outcome import (
+    Failure,
+    Hazard,
+    describe,
+    expect_equal,
+    expect_same,
+    is_clear_error,
+    observe,
+    show_error,
+)
 from harness.checks.registry import DIFFERENTIAL, HAZARD, METAMORPHIC, ROBUSTNESS, check
 from harness.model import Case, problems
 from harness.targets.base import CHUNK, Target
@@ -49,7 +58,9 @@ def schedule_concat(target: Target, case: Case, params: dict) -> None:
 
     whole = _chunk(target, with_window(case, 0, 0, case.requests[0].seq_len), 0)
     if whole.raised:
-        raise Failure("whole-sequence chunk raised", expected="a tensor", actual=show_error(whole.error))
+        raise Failure(
+            "whole-sequence chunk raised", expected="a tensor", actual=show_error(whole.error)
+        )
     pieces, cursor = [], 0
     for prefix_len, extend_len in windows(params["schedule"]):
         piece = _chunk(target, with_window(case, 0, prefix_len, extend_len), 0)
@@ -78,7 +89,16 @@ def _bad_request(case: Case) -> int:
     rule="R1",
     family=ROBUSTNESS,
     needs={CHUNK},
-    examples=_malformed(("unsorted", "overlapping", "out_of_range", "reversed", "negative_length", "window_past_end")),
+    examples=_malformed(
+        (
+            "unsorted",
+            "overlapping",
+            "out_of_range",
+            "reversed",
+            "negative_length",
+            "window_past_end",
+        )
+    ),
 )
 def rejects_malformed(target: Target, case: Case, params: dict) -> None:
     """Malformed spans or windows give a clear error, never a tensor."""

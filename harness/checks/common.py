@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import replace
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING
 
 from harness.checks.outcome import Failure, Outcome, show_error
 from harness.model import Case
@@ -17,7 +18,7 @@ if TYPE_CHECKING:
 REFERENCE = ReferenceTarget()
 
 
-def plain(cases: "SearchStrategy[Case]") -> "SearchStrategy[Example]":
+def plain(cases: SearchStrategy[Case]) -> SearchStrategy[Example]:
     """Examples that are just a case (no extra parameters)."""
     return cases.map(lambda case: (case, {}))
 
@@ -38,26 +39,27 @@ def windows(schedule: list[int]) -> list[tuple[int, int]]:
     return out
 
 
-def scheduled(device: str) -> "SearchStrategy[Example]":
+def scheduled(device: str) -> SearchStrategy[Example]:
     """One request with items and a schedule of prefill chunks over its whole sequence."""
     import strategies as mst
 
-    def add_schedule(case: Case) -> "SearchStrategy[Example]":
+    def add_schedule(case: Case) -> SearchStrategy[Example]:
         request = case.requests[0]
         cuts = sorted({p for item in request.items for s, e in item.spans for p in (s, e + 1)})
         return mst.schedules(seq_len=request.seq_len, cuts=tuple(cuts)).map(
             lambda schedule: (case, {"schedule": list(schedule)})
         )
 
-    return mst.cases(
-        min_requests=1, max_requests=1, min_items_total=1, device=device
-    ).flatmap(add_schedule)
+    return mst.cases(min_requests=1, max_requests=1, min_items_total=1, device=device).flatmap(
+        add_schedule
+    )
 
 
-def permuted(device: str, coverage: str) -> "SearchStrategy[Example]":
+def permuted(device: str, coverage: str) -> SearchStrategy[Example]:
     """A batch of two or more requests and a permutation of them."""
-    import strategies as mst
     from hypothesis import strategies as st
+
+    import strategies as mst
 
     return mst.cases(min_requests=2, coverage=coverage, device=device).flatmap(
         lambda case: st.permutations(range(len(case.requests))).map(
@@ -87,7 +89,9 @@ def blocks_in_order(call: Callable[[Case], Outcome], case: Case, order: list[int
         one = call(alone(case, r))
         if one.raised:
             raise Failure(
-                f"requests[{r}] alone raised", expected="a tensor or None", actual=show_error(one.error)
+                f"requests[{r}] alone raised",
+                expected="a tensor or None",
+                actual=show_error(one.error),
             )
         if one.value is not None:
             blocks.append(one.value.reshape(-1, one.value.shape[-1]))

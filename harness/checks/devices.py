@@ -47,7 +47,7 @@ def _results(target: Target, case: Case) -> list:
 def cpu_equals_cuda(target: Target, case: Case, params: dict) -> None:
     """Chunks, precomputed concat and encoder-path rows are bit-identical on CPU and CUDA."""
     on_cuda = replace(case, device="cuda")
-    for k, (cpu, cuda) in enumerate(zip(_results(target, case), _results(target, on_cuda))):
+    for k, (cpu, cuda) in enumerate(zip(_results(target, case), _results(target, on_cuda), strict=True)):
         expect_same(case, f"result {k} on cuda vs cpu", _on_cuda(cpu), cuda)
 
 

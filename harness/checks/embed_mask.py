@@ -6,7 +6,7 @@ from functools import partial
 
 from harness import reference, tensors
 from harness.checks.common import plain
-from harness.checks.outcome import Outcome, expect_equal, expect_same, observe
+from harness.checks.outcome import Failure, Outcome, expect_equal, expect_same, observe
 from harness.checks.prefill import UNLIMITED
 from harness.checks.registry import DIFFERENTIAL, check
 from harness.model import Case
@@ -36,6 +36,12 @@ def matches_reference(target: Target, case: Case, params: dict) -> None:
     if expected.raised or actual.raised:
         expect_same(case, "embedding and mask", expected, actual)
         return
+    if reference.precomputed_embedding(case) is not None and encoder.calls:
+        raise Failure(
+            "every item is precomputed, yet the encoder ran",
+            expected="no encoder call (the precomputed rows are used)",
+            actual=f"encoder calls {encoder.calls}",
+        )
     rows, mask = expected.value
     embedding, actual_mask = actual.value
     got_mask = [False] * len(mask) if actual_mask is None else actual_mask.reshape(-1).tolist()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from functools import partial
 
 from harness import tensors
@@ -12,22 +13,35 @@ from harness.model import Case, Item, Request
 from harness.targets.base import ONE_GRID, SPLIT, FeatureItem, Target
 
 
-def _grid_cases(aggregated: bool | None):
+def _grid_cases(aggregated: bool | None, max_items: int = 1):
+    """One request holding 1..max_items grid items laid out one after another."""
+
     def examples(device: str):
+        from hypothesis import strategies as st
+
         import strategies as mst
 
-        def wrap(item: Item):
-            seq_len = item.spans[-1][1] + 1
-            return Case(requests=(Request(seq_len, 0, seq_len, (item,)),), device=device), {}
+        def wrap(case: Case, more: list[Item]):
+            items = list(case.requests[0].items)
+            for item in more:
+                shift = items[-1].spans[-1][1] + 1
+                spans = tuple((start + shift, end + shift) for start, end in item.spans)
+                items.append(replace(item, spans=spans, hash=item.hash + len(items)))
+            seq_len = items[-1].spans[-1][1] + 1
+            return replace(case, requests=(Request(seq_len, 0, seq_len, tuple(items)),)), {}
 
-        return mst.grid_items(aggregated=aggregated).map(wrap)
+        more = st.lists(mst.grid_items(aggregated=aggregated), max_size=max_items - 1)
+        return st.builds(wrap, mst.grid_cases(aggregated=aggregated, device=device), more)
 
     return examples
 
 
+def _feature_items(case: Case) -> list[FeatureItem]:
+    return [FeatureItem(item, tensors.item_features(case, item)) for item in case.requests[0].items]
+
+
 def _feature_item(case: Case) -> FeatureItem:
-    item = case.requests[0].items[0]
-    return FeatureItem(item, tensors.item_features(case, item))
+    return _feature_items(case)[0]
 
 
 def _parts(target: Target, case: Case) -> Outcome:
@@ -43,13 +57,13 @@ def _parts(target: Target, case: Case) -> Outcome:
     rule="R5",
     family=DIFFERENTIAL,
     needs={ONE_GRID},
-    examples=_grid_cases(None),
+    examples=_grid_cases(None, max_items=3),
 )
 def one_grid_rule(target: Target, case: Case, params: dict) -> None:
-    """One grid row: the features pass through; any other count raises the documented ValueError."""
+    """Items of one grid row pass through; any item of another count raises the documented ValueError."""
 
     def features(t: Target) -> Outcome:
-        return observe(partial(t.image_feature, case, [_feature_item(case)]))
+        return observe(partial(t.image_feature, case, _feature_items(case)))
 
     expect_same(case, "image feature", features(REFERENCE), features(target))
 

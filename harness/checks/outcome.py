@@ -6,8 +6,9 @@ the check can compare (class and message prefix), not a traceback that ends the 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 from harness import tensors
 from harness.model import Case
@@ -69,7 +70,9 @@ def describe(value: Any) -> str:
     if value is None:
         return "None"
     if hasattr(value, "shape"):
-        return f"tensor{list(value.shape)} {str(value.dtype).removeprefix('torch.')} on {value.device}"
+        return (
+            f"tensor{list(value.shape)} {str(value.dtype).removeprefix('torch.')} on {value.device}"
+        )
     return repr(value)
 
 
@@ -90,8 +93,10 @@ def expect_equal(case: Case, what: str, expected: Any, actual: Any) -> None:
     """Structural equality where tensors must match exactly: shape, dtype, device type, bits."""
     if isinstance(expected, (tuple, list)) and isinstance(actual, (tuple, list)):
         if len(expected) != len(actual):
-            raise Failure(f"{what}: lengths differ", expected=str(len(expected)), actual=str(len(actual)))
-        for k, (e, a) in enumerate(zip(expected, actual)):
+            raise Failure(
+                f"{what}: lengths differ", expected=str(len(expected)), actual=str(len(actual))
+            )
+        for k, (e, a) in enumerate(zip(expected, actual, strict=True)):
             expect_equal(case, f"{what}[{k}]", e, a)
         return
     if hasattr(expected, "shape") or hasattr(actual, "shape"):
@@ -102,7 +107,11 @@ def expect_equal(case: Case, what: str, expected: Any, actual: Any) -> None:
 
 def _expect_same_tensor(case: Case, what: str, expected: Any, actual: Any) -> None:
     if not (hasattr(expected, "shape") and hasattr(actual, "shape")):
-        raise Failure(f"{what}: one side is not a tensor", expected=describe(expected), actual=describe(actual))
+        raise Failure(
+            f"{what}: one side is not a tensor",
+            expected=describe(expected),
+            actual=describe(actual),
+        )
     if (
         tuple(expected.shape) != tuple(actual.shape)
         or expected.dtype != actual.dtype

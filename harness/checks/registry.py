@@ -8,8 +8,9 @@ kept as JSON so a shrunk example can be saved and replayed.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any
 
 from harness.model import Case
 
@@ -35,7 +36,7 @@ class Check:
     rule: str
     family: str
     needs: frozenset[str]
-    examples: Callable[[str], "SearchStrategy[Example]"]
+    examples: Callable[[str], SearchStrategy[Example]]
     """Given a device name, the strategy of examples for this check."""
     property: Property
     doc: str
@@ -52,7 +53,7 @@ def check(
     rule: str,
     family: str,
     needs: set[str],
-    examples: Callable[[str], "SearchStrategy[Example]"],
+    examples: Callable[[str], SearchStrategy[Example]],
     needs_cuda: bool = False,
 ) -> Callable[[Property], Property]:
     """Register the decorated function as the property of a check."""

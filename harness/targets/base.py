@@ -7,8 +7,9 @@ lacks are absent from ``capabilities`` and the checks needing them are skipped.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal, Protocol, Sequence, runtime_checkable
+from typing import TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
 
 from harness import tensors
 from harness.model import Case, Item
@@ -52,7 +53,7 @@ class Encoder:
     form: EncoderForm = "tensor"
     calls: list[list[tuple[int, int]]] = field(default_factory=list)
 
-    def __call__(self, items: Sequence[Item]) -> "torch.Tensor | list[torch.Tensor]":
+    def __call__(self, items: Sequence[Item]) -> torch.Tensor | list[torch.Tensor]:
         self.calls.append([(item.hash, item.token_count) for item in items])
         blocks = [tensors.block(item.hash, item.token_count, self.case) for item in items]
         if self.form == "list":
@@ -71,7 +72,7 @@ class FeatureItem:
     """An item with the vision features an engine would carry for it (R5)."""
 
     item: Item
-    features: "torch.Tensor"
+    features: torch.Tensor
 
 
 @runtime_checkable
@@ -85,11 +86,11 @@ class Target(Protocol):
         """What ``mmharness targets`` shows: release, files, functions, stubbed names."""
 
     def embedding_chunk(
-        self, embedding: "torch.Tensor", case: Case, request: int
-    ) -> tuple["torch.Tensor", int, int]:
+        self, embedding: torch.Tensor, case: Case, request: int
+    ) -> tuple[torch.Tensor, int, int]:
         """R1 on ``case.requests[request]``: its items' spans and window over ``embedding``."""
 
-    def precomputed_embedding(self, case: Case) -> "torch.Tensor | None":
+    def precomputed_embedding(self, case: Case) -> torch.Tensor | None:
         """R2: items marked precomputed carry ``tensors.item_embedding``; the others none."""
 
     def new_cache(self, max_size: int) -> Any:
@@ -97,21 +98,21 @@ class Target(Protocol):
 
     def chunked_prefill_embedding(
         self, case: Case, encoder: Encoder, *, cache: Any, path: Path = "batched"
-    ) -> "torch.Tensor | None":
+    ) -> torch.Tensor | None:
         """R3: every item runs through ``encoder``; precomputed flags are ignored."""
 
     def embedding_and_mask(
         self, case: Case, encoder: Encoder, *, cache: Any
-    ) -> tuple["torch.Tensor | None", "torch.Tensor | None"]:
+    ) -> tuple[torch.Tensor | None, torch.Tensor | None]:
         """R3e on ``tensors.input_ids(case)``: the rows and a boolean mask over input_ids."""
 
     def count_mm_tokens(self, case: Case) -> int:
         """R4: placeholder positions inside the windows."""
 
-    def adjust_embedding_length(self, embedding: "torch.Tensor", wanted: int) -> "torch.Tensor":
+    def adjust_embedding_length(self, embedding: torch.Tensor, wanted: int) -> torch.Tensor:
         """R4: fit a 2-D embedding to ``wanted`` placeholders."""
 
-    def image_feature(self, case: Case, items: Sequence[FeatureItem]) -> "torch.Tensor":
+    def image_feature(self, case: Case, items: Sequence[FeatureItem]) -> torch.Tensor:
         """R5: a one-grid encoder's features for ``items`` (vision tower = identity)."""
 
     def split_item(self, case: Case, item: FeatureItem) -> list[FeatureItem]:

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Sequence
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
 
 from harness import reference, tensors
 from harness.model import Case, Item, validate
@@ -22,8 +23,8 @@ class ReferenceTarget:
         return {"target": self.name, "source": reference.__file__, "stubbed": []}
 
     def embedding_chunk(
-        self, embedding: "torch.Tensor", case: Case, request: int
-    ) -> tuple["torch.Tensor", int, int]:
+        self, embedding: torch.Tensor, case: Case, request: int
+    ) -> tuple[torch.Tensor, int, int]:
         validate(case)
         req = case.requests[request]
         flat = embedding.reshape(-1, embedding.shape[-1])
@@ -36,7 +37,7 @@ class ReferenceTarget:
         inside, start, end = reference.embedding_chunk(spans, req.prefix_len, req.extend_len)
         return flat[inside], start, end
 
-    def precomputed_embedding(self, case: Case) -> "torch.Tensor | None":
+    def precomputed_embedding(self, case: Case) -> torch.Tensor | None:
         validate(case)
         rows = reference.precomputed_embedding(case)
         return None if rows is None else tensors.materialise(case, rows)
@@ -46,7 +47,7 @@ class ReferenceTarget:
 
     def chunked_prefill_embedding(
         self, case: Case, encoder: Encoder, *, cache: Any = None, path: Path = "batched"
-    ) -> "torch.Tensor | None":
+    ) -> torch.Tensor | None:
         validate(case)
         wanted = reference.chunked_prefill_embedding(case)
         if wanted is None:
@@ -57,14 +58,14 @@ class ReferenceTarget:
                 if any(p in r.window for p in item.positions()):
                     unique.setdefault((item.hash, item.token_count), item)
         encoded = _per_item(encoder(list(unique.values())), list(unique.values()))
-        by_key = dict(zip(unique, encoded))
+        by_key = dict(zip(unique, encoded, strict=True))
         import torch
 
         return torch.stack([by_key[(row.hash, row.count)][row.index] for row in wanted])
 
     def embedding_and_mask(
         self, case: Case, encoder: Encoder, *, cache: Any = None
-    ) -> tuple["torch.Tensor | None", "torch.Tensor | None"]:
+    ) -> tuple[torch.Tensor | None, torch.Tensor | None]:
         import torch
 
         embedding = self.precomputed_embedding(case)
@@ -81,11 +82,11 @@ class ReferenceTarget:
         validate(case)
         return reference.count_mm_tokens(case)
 
-    def adjust_embedding_length(self, embedding: "torch.Tensor", wanted: int) -> "torch.Tensor":
+    def adjust_embedding_length(self, embedding: torch.Tensor, wanted: int) -> torch.Tensor:
         kept = reference.adjust_embedding_length(embedding.shape[0], wanted)
         return embedding[kept.start : kept.stop]
 
-    def image_feature(self, case: Case, items: Sequence[FeatureItem]) -> "torch.Tensor":
+    def image_feature(self, case: Case, items: Sequence[FeatureItem]) -> torch.Tensor:
         import torch
 
         for feature_item in items:
@@ -110,7 +111,7 @@ class ReferenceTarget:
         ]
 
 
-def _per_item(output: "torch.Tensor | list[torch.Tensor]", items: list[Item]) -> list["torch.Tensor"]:
+def _per_item(output: torch.Tensor | list[torch.Tensor], items: list[Item]) -> list[torch.Tensor]:
     """Cut an encoder's output (one tensor, or a list per item) into 2-D per-item blocks."""
     if isinstance(output, list):
         return [block.reshape(-1, block.shape[-1]) for block in output]

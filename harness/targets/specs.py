@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import importlib
+import os
 
 from harness.targets.base import Target, TargetError
 
-SPEC_FORMS = "reference, mutant:NAME, or module:attr"
+SPEC_FORMS = "reference, mutant:NAME, sglang, sglang==X, a path, or module:attr"
 
 
 def resolve(spec: str) -> Target:
@@ -20,11 +21,29 @@ def resolve(spec: str) -> Target:
 
         name = spec.removeprefix("mutant:")
         if name not in MUTANTS:
-            raise TargetError(f"unknown mutant {name!r}; `mmharness targets` lists all {len(MUTANTS)}")
+            raise TargetError(
+                f"unknown mutant {name!r}; `mmharness targets` lists all {len(MUTANTS)}"
+            )
         return mutant(name)
+    if spec == "sglang" or spec.startswith("sglang=="):
+        from harness.targets import sglang
+
+        if spec == "sglang":
+            return sglang.installed()
+        return sglang.from_release(spec.removeprefix("sglang=="))
+    if _is_path(spec):
+        from harness.targets import sglang
+
+        return sglang.from_path(spec)
     if ":" in spec:
         return _user_adapter(spec)
     raise TargetError(f"unknown target {spec!r}: expected {SPEC_FORMS}")
+
+
+def _is_path(spec: str) -> bool:
+    """A spec naming a file or directory (existing, or written like one) rather than a module."""
+    written_like_a_path = os.sep in spec or spec.endswith(".py") or spec.startswith((".", "~"))
+    return written_like_a_path or os.path.exists(spec)
 
 
 def _user_adapter(spec: str) -> Target:
@@ -48,6 +67,11 @@ def listing() -> list[tuple[str, str]]:
     """Every built-in target spec with a one-line description, for ``mmharness targets``."""
     from harness.targets.mutants import MUTANTS
 
-    rows = [("reference", "the reference model (self-check)")]
+    rows = [
+        ("reference", "the reference model (self-check)"),
+        ("sglang", "the installed sglang package, imported normally"),
+        ("sglang==X", "SGLang release X, downloaded once and loaded by path (e.g. sglang==0.5.23)"),
+        ("PATH", "a dir holding sglang/ (wheel, site-packages, fork's python/), or a rules file"),
+    ]
     rows += [(f"mutant:{m.name}", f"[{m.rule}] {m.description}") for m in MUTANTS.values()]
     return rows

@@ -1,0 +1,49 @@
+"""The harness's self-test logic: does a target get caught, and after how many examples?
+
+Shared by ``tests/test_self.py`` (each mutant must be killed) and
+``benchmarks/mutant_kills.py`` (the examples-to-kill figures).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cache
+
+from harness.checks import all_checks
+from harness.runner import FAILED, HAZARD, run_check
+from harness.targets.mutants import MUTANTS, mutant
+from harness.targets.reference import ReferenceTarget
+
+
+@dataclass(frozen=True)
+class Kill:
+    mutant: str
+    examples: int | None
+    """Fewest examples any killing check needed to reach its first failure; None if it survived."""
+    killed_by: tuple[str, ...]
+
+
+@cache
+def reference_status(check_id: str, profile: str = "ci") -> str:
+    """The reference's own status: a hazard of the rules themselves is no kill."""
+    return run_check(all_checks()[check_id], ReferenceTarget(), profile=profile).status
+
+
+def kill(name: str, *, profile: str = "ci") -> Kill:
+    """Run the checks of the mutant's rule (then, if none kills it, the rest) against it.
+
+    A kill is a status that fails the run and that the reference does not share:
+    FAILED, or HAZARD for a hazard mutant (which fails only under ``--strict``).
+    """
+    target, rule = mutant(name), MUTANTS[name].rule
+    killing = (FAILED, HAZARD) if MUTANTS[name].hazard else (FAILED,)
+    checks = list(all_checks().values())
+    kills: list[tuple[int, str]] = []
+    for group in ([c for c in checks if c.rule == rule], [c for c in checks if c.rule != rule]):
+        for check in group:
+            result = run_check(check, target, profile=profile)
+            if result.status in killing and reference_status(check.id, profile) != result.status:
+                kills.append((result.first_failure_at, check.id))
+        if kills:
+            break
+    return Kill(name, min(kills)[0] if kills else None, tuple(sorted(c for _, c in kills)))

@@ -1,0 +1,447 @@
+"""EngineModel: a second, independent implementation of every rule, written as an engine writes it.
+
+The reference walks materialised positions; this model does what a serving engine
+does instead: cumulative offsets over spans, per-item row slices, a byte-bounded LRU
+embedding cache and one batched encoder call for the cache misses. Agreeing with the
+reference on every well-formed case is what makes it trustworthy; its ``bug`` switch
+seeds one engine-style mistake at the place an engine makes it, which is how the
+harness's own tests prove that its checks catch real divergences
+(see ``harness.targets.mutants``).
+"""
+
+from __future__ import annotations
+
+import sys
+from collections import OrderedDict
+from collections.abc import Hashable, Sequence
+from dataclasses import replace
+from itertools import accumulate, pairwise
+from typing import TYPE_CHECKING, Any
+
+from harness import tensors
+from harness.model import Case, CaseError, Item, Request, Span, problems
+from harness.reference import INSUFFICIENT_PREFIX, ONE_GRID_MESSAGE, PARTIAL_PRECOMPUTED_MESSAGE
+from harness.targets.base import ALL_CAPABILITIES, Encoder, FeatureItem, Path
+
+if TYPE_CHECKING:
+    import torch
+
+PATHS = ("batched", "per_request")
+
+
+def _torch() -> Any:
+    import torch
+
+    return torch
+
+
+def _before(spans: Sequence[Span], position: int) -> int:
+    """How many placeholder positions of ``spans`` lie before ``position``: interval arithmetic."""
+    return sum(min(max(position - start, 0), end - start + 1) for start, end in spans)
+
+
+def _rows(embedding: torch.Tensor, start: int, end: int) -> torch.Tensor:
+    """Rows ``[start, end)`` along the row axis, of an ``[n, H]`` or a ``[1, n, H]`` tensor."""
+    return embedding[..., start:end, :]
+
+
+def _nbytes(tensor: torch.Tensor) -> int:
+    return tensor.element_size() * tensor.nelement()
+
+
+def _target_device(chunks: Sequence[torch.Tensor]) -> torch.device:
+    """Where R2's concatenation lands: the first CUDA chunk's device, else the first chunk's."""
+    return next((c.device for c in chunks if c.device.type == "cuda"), chunks[0].device)
+
+
+class EmbeddingCache:
+    """An LRU map from key (an item's hash) to a tensor, bounded in bytes like an engine's.
+
+    Entries larger than the whole budget are refused; a budget of 0 stores nothing.
+    Whether a hit fits the item asking for it is the caller's business (hashes collide).
+    """
+
+    def __init__(self, max_size: int) -> None:
+        self.max_size = max_size
+        self.size = 0
+        self._entries: OrderedDict[Hashable, torch.Tensor] = OrderedDict()
+
+    def __contains__(self, key: Hashable) -> bool:
+        return key in self._entries
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def get(self, key: Hashable) -> torch.Tensor | None:
+        entry = self._entries.get(key)
+        if entry is not None:
+            self._entries.move_to_end(key)
+        return entry
+
+    def put(self, key: Hashable, tensor: torch.Tensor) -> bool:
+        """Store ``tensor``, evicting least-recently-used entries; False if it cannot fit."""
+        nbytes = _nbytes(tensor)
+        if self.max_size <= 0 or nbytes > self.max_size:
+            return False
+        old = self._entries.pop(key, None)
+        if old is not None:
+            self.size -= _nbytes(old)
+        while self.size + nbytes > self.max_size:
+            _, evicted = self._entries.popitem(last=False)
+            self.size -= _nbytes(evicted)
+        self._entries[key] = tensor
+        self.size += nbytes
+        return True
+
+
+class EngineModel:
+    """Every rule by index arithmetic; ``bug`` names the one seeded mistake (``None``: correct)."""
+
+    capabilities = ALL_CAPABILITIES
+
+    def __init__(self, bug: str | None = None, name: str = "engine_model") -> None:
+        self.bug = bug
+        self.name = name
+
+    def describe(self) -> dict[str, Any]:
+        return {"target": self.name, "source": __file__, "stubbed": [], "bug": self.bug}
+
+    # validation ---------------------------------------------------------------
+
+    def _validate(self, case: Case) -> None:
+        """Refuse a malformed case with the first ``CaseError`` this engine checks for."""
+        for problem in problems(case):
+            if not self._skips_check(problem):
+                raise problem
+
+    def _skips_check(self, problem: CaseError) -> bool:
+        """The validation an engine forgot (the robustness mutants)."""
+        if self.bug == "skip_span_validation":
+            return ".spans" in problem.path
+        if self.bug == "skip_window_validation":
+            return problem.path.endswith((".prefix_len", ".extend_len"))
+        if self.bug == "skip_row_validation":
+            return problem.path.endswith(".rows")
+        return False
+
+    # R1 -----------------------------------------------------------------------
+
+    def _spans(self, items: Sequence[Item]) -> list[Span]:
+        """The spans the embedding rows follow, in item then span order."""
+        if self.bug == "chunk_first_span_only":
+            return [item.spans[0] for item in items]
+        return [span for item in items for span in item.spans]
+
+    def _bounds(self, spans: Sequence[Span], prefix_len: int, extend_len: int) -> tuple[int, int]:
+        """R1's ``(start, end)``: placeholder rows before the window and before its end."""
+        first, stop = prefix_len, prefix_len + extend_len
+        if self.bug == "chunk_start_off_by_one":
+            first += 1
+        if self.bug == "chunk_end_inclusive":
+            stop += 1
+        if self.bug == "chunk_nonempty_at_zero_extend" and extend_len == 0:
+            stop = sys.maxsize
+        return _before(spans, first), _before(spans, stop)
+
+    def embedding_chunk(
+        self, embedding: torch.Tensor, case: Case, request: int
+    ) -> tuple[torch.Tensor, int, int]:
+        self._validate(case)
+        req = case.requests[request]
+        flat = embedding.reshape(-1, embedding.shape[-1])
+        tokens = sum(item.token_count for item in req.items)
+        if flat.shape[0] != tokens and self.bug != "skip_row_validation":
+            raise ValueError(
+                f"requests[{request}]: embedding has {flat.shape[0]} rows"
+                f" for {tokens} placeholder tokens"
+            )
+        start, end = self._bounds(self._spans(req.items), req.prefix_len, req.extend_len)
+        source = embedding if self.bug == "chunk_no_flatten" else flat
+        return _rows(source, start, end), start, end
+
+    # R2 -----------------------------------------------------------------------
+
+    def precomputed_embedding(self, case: Case) -> torch.Tensor | None:
+        self._validate(case)
+        torch = _torch()
+        requests = [
+            req
+            for req in case.requests
+            if req.items or self.bug == "precomputed_empty_request_not_skipped"
+        ]
+        present = [[item.precomputed for item in req.items] for req in requests]
+        if not any(any(flags) for flags in present):
+            return None
+        if not all(all(flags) for flags in present):
+            return self._partial_coverage(present)
+        chunks = [self._precomputed_chunk(case, req) for req in requests]
+        if self.bug == "precomputed_request_order":
+            chunks.reverse()
+        device = _target_device(chunks)
+        joined = torch.cat([chunk.to(device) for chunk in chunks], dim=-2)
+        if self.bug == "precomputed_no_flatten":
+            return joined
+        return joined.reshape(-1, joined.shape[-1])
+
+    def _precomputed_chunk(self, case: Case, req: Request) -> torch.Tensor:
+        """R1 over the request's concatenated precomputed embeddings (kept in their ``ndim``)."""
+        joined = _torch().cat([tensors.item_embedding(case, item) for item in req.items], dim=-2)
+        if self.bug == "precomputed_ignores_window":
+            return joined
+        return _rows(joined, *self._bounds(self._spans(req.items), req.prefix_len, req.extend_len))
+
+    def _partial_coverage(self, present: list[list[bool]]) -> None:
+        """Mixed coverage: ``None`` (fallback) if a multi-item request lacks one, else raise."""
+        fallback = any(len(flags) > 1 and not all(flags) for flags in present)
+        if self.bug == "precomputed_fallback_inverted":
+            fallback = not fallback
+        if fallback:
+            return None
+        error = ValueError if self.bug == "precomputed_wrong_error_class" else NotImplementedError
+        if self.bug == "precomputed_wrong_message":
+            raise error("Mixing precomputed and raw MM items is not supported.")
+        raise error(PARTIAL_PRECOMPUTED_MESSAGE)
+
+    # R3 -----------------------------------------------------------------------
+
+    def new_cache(self, max_size: int) -> EmbeddingCache:
+        return EmbeddingCache(max_size)
+
+    def chunked_prefill_embedding(
+        self, case: Case, encoder: Encoder, *, cache: Any = None, path: Path = "batched"
+    ) -> torch.Tensor | None:
+        """R3: each request's window rows, in request order; ``None`` if no window holds any.
+
+        ``found`` maps content keys to full embeddings for the whole batch, so the cache
+        only saves work across batches: a tiny or evicting cache never costs a row or a
+        second encode, and both paths share the same slicing.
+        """
+        if path not in PATHS:
+            raise ValueError(f"unknown path {path!r}; expected one of {', '.join(PATHS)}")
+        self._validate(case)
+        inside = [
+            [item for item in req.items if self._overlaps(item, req)] for req in case.requests
+        ]
+        if not any(inside):
+            return None
+        cache = self.new_cache(0) if cache is None else cache
+        found: dict[Hashable, torch.Tensor] = {}
+        if path == "batched":
+            self._embed([item for items in inside for item in items], encoder, cache, found)
+        chunks = []
+        for r in self._request_order(len(inside)):
+            req = case.requests[r]
+            if path == "per_request":
+                encoded = self._embed(inside[r], encoder, cache, found)
+                if not encoded and self.bug == "prefill_per_request_skips_cached":
+                    continue
+                if self.bug == "prefill_per_request_off_by_one":
+                    req = replace(req, prefix_len=req.prefix_len + 1)
+            chunks.extend(self._item_rows(item, req, found, cache) for item in inside[r])
+        return _torch().cat(chunks)
+
+    def _request_order(self, count: int) -> range:
+        """The order request chunks are concatenated in: the batch's."""
+        if self.bug == "prefill_request_order":
+            return range(count - 1, -1, -1)
+        return range(count)
+
+    def _overlaps(self, item: Item, req: Request) -> bool:
+        """Whether any of the item's positions lies in the request's window."""
+        first, stop = req.prefix_len, req.prefix_len + req.extend_len
+        if self.bug == "prefill_overlap_by_extent":
+            return item.spans[0][0] < stop and item.spans[-1][1] >= first
+        if self.bug == "prefill_encodes_outside_window":
+            return item.spans[0][0] < stop
+        return _before(item.spans, stop) > _before(item.spans, first)
+
+    def _key(self, item: Item) -> Hashable:
+        """What identifies an embedding within a batch: content, i.e. hash and token count."""
+        if self.bug == "prefill_dedup_ignores_count":
+            return item.hash
+        return (item.hash, item.token_count)
+
+    def _unique(self, items: Sequence[Item]) -> list[Item]:
+        """The first item of each content key, in order: no embedding is computed twice."""
+        if self.bug == "prefill_duplicate_encode":
+            return list(items)
+        first: dict[Hashable, Item] = {}
+        for item in items:
+            first.setdefault(self._key(item), item)
+        return list(first.values())
+
+    def _cached(self, cache: EmbeddingCache, item: Item) -> torch.Tensor | None:
+        """A cache hit only if it has the item's row count (equal hashes may differ in length)."""
+        block = cache.get(item.hash)
+        if block is None:
+            return None
+        if block.shape[0] != item.token_count and self.bug != "prefill_cache_ignores_row_count":
+            return None
+        return block
+
+    def _embed(
+        self,
+        items: Sequence[Item],
+        encoder: Encoder,
+        cache: EmbeddingCache,
+        found: dict[Hashable, torch.Tensor],
+    ) -> int:
+        """Fill ``found`` with every item's full embedding: cache hits, then one encoder call.
+
+        Returns how many items went to the encoder.
+        """
+        misses = []
+        for item in self._unique(items):
+            if self._key(item) in found:
+                continue
+            hit = self._cached(cache, item)
+            if hit is None:
+                misses.append(item)
+            else:
+                found[self._key(item)] = hit
+        if misses:
+            for item, block in zip(misses, self._blocks(encoder(misses), misses), strict=True):
+                found[self._key(item)] = block
+                cache.put(item.hash, block)
+        return len(misses)
+
+    def _blocks(
+        self, output: torch.Tensor | list[torch.Tensor], items: Sequence[Item]
+    ) -> list[torch.Tensor]:
+        """One 2-D block per item from either encoder form (a tensor, or a list per item)."""
+        if isinstance(output, list):
+            if self.bug == "prefill_list_output_unflattened":
+                return output
+            return [block.reshape(-1, block.shape[-1]) for block in output]
+        flat = output.reshape(-1, output.shape[-1])
+        return list(flat.split([item.token_count for item in items]))
+
+    def _item_rows(
+        self,
+        item: Item,
+        req: Request,
+        found: dict[Hashable, torch.Tensor],
+        cache: EmbeddingCache,
+    ) -> torch.Tensor:
+        """The item's rows inside the window: its own span offsets over its full embedding."""
+        block = found[self._key(item)]
+        if self.bug == "prefill_reads_back_from_cache" and item.hash not in cache:
+            return block[:0]
+        rows = _rows(block, *self._bounds(self._spans([item]), req.prefix_len, req.extend_len))
+        if self.bug == "prefill_cache_warmth":
+            return self._earlier_chunk(item, rows, cache)
+        return rows
+
+    def _earlier_chunk(self, item: Item, rows: torch.Tensor, cache: EmbeddingCache) -> torch.Tensor:
+        """The seeded bug: the cache keeps an item's first window chunk and serves it ever after."""
+        earlier = cache.get(("chunk", item.hash))
+        if earlier is not None:
+            return earlier
+        cache.put(("chunk", item.hash), rows)
+        return rows
+
+    # R3e ----------------------------------------------------------------------
+
+    def embedding_and_mask(
+        self, case: Case, encoder: Encoder, *, cache: Any = None
+    ) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+        embedding = None
+        if self.bug != "embed_mask_skips_precomputed":
+            embedding = self.precomputed_embedding(case)
+        if embedding is None:
+            embedding = self.chunked_prefill_embedding(case, encoder, cache=cache)
+            if embedding is None:
+                return None, None
+        input_ids, placeholders = tensors.input_ids(case)
+        mask = self._mask(input_ids, placeholders)
+        return self.adjust_embedding_length(embedding, int(mask.sum())), mask
+
+    def _mask(self, input_ids: torch.Tensor, placeholders: torch.Tensor) -> torch.Tensor:
+        """True where ``input_ids`` holds any item's placeholder id."""
+        if self.bug == "mask_first_placeholder_only":
+            return input_ids == placeholders[0]
+        hits = (input_ids.unsqueeze(-1) == placeholders).any(dim=-1)
+        return ~hits if self.bug == "mask_marks_text" else hits
+
+    # R4 -----------------------------------------------------------------------
+
+    def count_mm_tokens(self, case: Case) -> int:
+        self._validate(case)
+        total = 0
+        for req in case.requests:
+            spans = [span for item in req.items for span in item.spans]
+            stop = req.prefix_len + req.extend_len
+            if self.bug == "count_inclusive_end":
+                stop += 1
+            total += _before(spans, stop) - _before(spans, req.prefix_len)
+        return total
+
+    def adjust_embedding_length(self, embedding: torch.Tensor, wanted: int) -> torch.Tensor:
+        """Keep the last ``wanted`` rows (upstream's compromise); too few rows is an error."""
+        have = embedding.shape[0]
+        if have < wanted:
+            if self.bug == "adjust_no_raise_on_short":
+                return embedding
+            error = ValueError if self.bug == "adjust_wrong_error_class" else RuntimeError
+            prefix = (
+                "Multimodal embedding too short"
+                if self.bug == "adjust_wrong_message"
+                else INSUFFICIENT_PREFIX
+            )
+            raise error(f"{prefix}: {wanted} placeholders vs {have} rows")
+        if self.bug == "adjust_keeps_first":
+            return embedding[:wanted]
+        if self.bug == "adjust_zero_keeps_all":
+            return embedding[-wanted:]
+        return embedding[have - wanted :]
+
+    # R5 -----------------------------------------------------------------------
+
+    def _check_one_grid(self, item: Item) -> None:
+        if self.bug == "grid_check_ignores_grid_thws" and item.grid_key != "image_grid_thw":
+            return
+        rows = len(item.grid)
+        if rows >= 1 if self.bug == "grid_check_at_least_one" else rows == 1:
+            return
+        if self.bug == "grid_check_wrong_message":
+            raise ValueError("expected a single image_grid_thw row per item")
+        raise ValueError(ONE_GRID_MESSAGE)
+
+    def image_feature(self, case: Case, items: Sequence[FeatureItem]) -> torch.Tensor:
+        checked = items[:1] if self.bug == "grid_check_first_item_only" else items
+        for feature_item in checked:
+            self._check_one_grid(feature_item.item)
+        return _torch().cat([feature_item.features for feature_item in items])
+
+    def split_item(self, case: Case, item: FeatureItem) -> list[FeatureItem]:
+        """One item per span, each with its grid row and next ``t*h*w`` feature rows."""
+        whole = item.item
+        if len(whole.spans) == 1:
+            return [item]
+        if len(whole.spans) != len(whole.grid):
+            raise ValueError(
+                f"cannot split {len(whole.spans)} spans over {len(whole.grid)} grid rows"
+            )
+        bounds = list(accumulate((t * h * w for t, h, w in whole.grid), initial=0))
+        if self.bug == "split_drops_last_patch_rows":
+            bounds[-1] -= 1
+        return [
+            FeatureItem(self._part(whole, span, grid_row), item.features[lo:hi])
+            for span, grid_row, (lo, hi) in zip(
+                whole.spans, whole.grid, pairwise(bounds), strict=True
+            )
+        ]
+
+    def _part(self, whole: Item, span: Span, grid_row: tuple[int, int, int]) -> Item:
+        """The split item of one span: same content key, one grid row."""
+        if self.bug == "split_spans_relative":
+            origin = whole.spans[0][0]
+            span = (span[0] - origin, span[1] - origin)
+        grid = whole.grid if self.bug == "split_keeps_aggregated_grid" else (grid_row,)
+        return Item(
+            spans=(span,),
+            hash=whole.hash,
+            modality=whole.modality,
+            grid=grid,
+            grid_key=whole.grid_key,
+        )

@@ -1,0 +1,120 @@
+"""Seeded-bug targets: ``EngineModel`` with one engine-style mistake switched on.
+
+The harness's self-test runs its checks against every mutant and expects each to be
+caught ("killed"); a mutant that survives is a blind spot of the checks or strategies.
+Each bug sits where a serving engine would plausibly get the rule wrong, and each is
+reachable by a small well-formed case (the robustness ones by a malformed one).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from harness.targets.base import Target, TargetError
+from harness.targets.engine_model import EngineModel
+
+
+@dataclass(frozen=True)
+class Mutant:
+    """One seeded bug: its ``EngineModel.bug`` switch, the rule it breaks, what goes wrong.
+
+    A ``hazard`` mutant reproduces an engine behaviour DESIGN §3 calls a hazard
+    (it follows the rules but loses data); only hazard checks see it, so it
+    fails a run under ``--strict`` only.
+    """
+
+    name: str
+    rule: str
+    description: str
+    hazard: bool = False
+
+
+_MUTANTS = (
+    # R1 chunk, and the validation every rule relies on
+    Mutant(
+        "chunk_start_off_by_one", "R1", "start counts the placeholder at prefix_len as prefilled"
+    ),
+    Mutant("chunk_end_inclusive", "R1", "the window end prefix_len + extend_len counts as inside"),
+    Mutant("chunk_no_flatten", "R1", "a [1, n, H] embedding is sliced without flattening to 2-D"),
+    Mutant("chunk_first_span_only", "R1", "offsets use only the first span of a multi-span item"),
+    Mutant(
+        "chunk_nonempty_at_zero_extend", "R1", "extend_len 0 reads as 'to the end': rows returned"
+    ),
+    Mutant("skip_span_validation", "R1", "unsorted, overlapping or out-of-range spans are served"),
+    Mutant("skip_window_validation", "R1", "negative lengths or a window past seq_len are served"),
+    Mutant(
+        "skip_row_validation",
+        "R1",
+        "rows != span tokens are served (R1 and R2), shifting rows",
+        hazard=True,
+    ),
+    # R2 precomputed concat
+    Mutant("precomputed_request_order", "R2", "request chunks are concatenated in reverse order"),
+    Mutant(
+        "precomputed_empty_request_not_skipped", "R2", "an item-less request crashes the concat"
+    ),
+    Mutant(
+        "precomputed_fallback_inverted", "R2", "partial coverage: raise and None fallback swapped"
+    ),
+    Mutant("precomputed_wrong_error_class", "R2", "partial coverage raises ValueError"),
+    Mutant("precomputed_wrong_message", "R2", "partial coverage raises with another message"),
+    Mutant("precomputed_ignores_window", "R2", "whole embeddings, ignoring the window (0.4.x)"),
+    Mutant("precomputed_no_flatten", "R2", "a 3-D [1, n, H] result is not flattened to 2-D"),
+    # R3 chunked prefill and the embedding cache
+    Mutant("prefill_cache_warmth", "R3", "a warm hit serves the item's chunk of an earlier window"),
+    Mutant("prefill_cache_ignores_row_count", "R3", "a cached entry of another row count is a hit"),
+    Mutant(
+        "prefill_dedup_ignores_count", "R3", "dedup by hash alone: a collision gets the other rows"
+    ),
+    Mutant(
+        "prefill_encodes_outside_window", "R3", "items wholly before the window are encoded again"
+    ),
+    Mutant("prefill_duplicate_encode", "R3", "one (hash, count) encoded once per occurrence"),
+    Mutant("prefill_request_order", "R3", "request chunks are concatenated in reverse order"),
+    Mutant("prefill_list_output_unflattened", "R3", "list-form [1, n, H] blocks are not flattened"),
+    Mutant(
+        "prefill_per_request_skips_cached", "R3", "per-request path: an all-hit request is skipped"
+    ),
+    Mutant("prefill_per_request_off_by_one", "R3", "per-request path: the window starts one late"),
+    Mutant(
+        "prefill_reads_back_from_cache", "R3", "rows read back from the cache: a refused item drops"
+    ),
+    Mutant("prefill_overlap_by_extent", "R3", "a window between a video's spans counts as overlap"),
+    # R3e end to end
+    Mutant("mask_first_placeholder_only", "R3e", "the mask uses only the first placeholder id"),
+    Mutant("mask_marks_text", "R3e", "the mask marks the text tokens instead of the placeholders"),
+    Mutant(
+        "embed_mask_skips_precomputed", "R3e", "precomputed rows are never tried (encoder only)"
+    ),
+    # R4 count and adjust
+    Mutant("count_inclusive_end", "R4", "the count includes the position at the window end"),
+    Mutant("adjust_keeps_first", "R4", "surplus rows are cut from the end, keeping the first"),
+    Mutant("adjust_wrong_error_class", "R4", "too few rows raise ValueError, not RuntimeError"),
+    Mutant("adjust_wrong_message", "R4", "too few rows raise with another message"),
+    Mutant("adjust_no_raise_on_short", "R4", "too few rows are returned as they are"),
+    Mutant(
+        "adjust_zero_keeps_all",
+        "R4",
+        "embedding[-wanted:] keeps every row when wanted is 0",
+        hazard=True,
+    ),
+    # R5 one grid per item, and the split
+    Mutant("grid_check_at_least_one", "R5", "the check is len(grid) >= 1 instead of == 1"),
+    Mutant("grid_check_wrong_message", "R5", "the one-grid ValueError has another message"),
+    Mutant("grid_check_ignores_grid_thws", "R5", "only image_grid_thw grids are checked"),
+    Mutant("grid_check_first_item_only", "R5", "only the first item's grid is checked"),
+    Mutant("split_drops_last_patch_rows", "R5", "the last split item loses its last feature row"),
+    Mutant("split_keeps_aggregated_grid", "R5", "split items keep the whole aggregated grid"),
+    Mutant(
+        "split_spans_relative", "R5", "split spans become offsets from the item's first position"
+    ),
+)
+
+MUTANTS: dict[str, Mutant] = {m.name: m for m in _MUTANTS}
+
+
+def mutant(name: str) -> Target:
+    """The ``EngineModel`` with bug ``name`` switched on, as target ``mutant:NAME``."""
+    if name not in MUTANTS:
+        raise TargetError(f"unknown mutant {name!r}; known: {', '.join(sorted(MUTANTS))}")
+    return EngineModel(bug=name, name=f"mutant:{name}")

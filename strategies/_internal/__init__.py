@@ -1,0 +1,1 @@
+"""Implementation of the ``strategies`` facade; import from ``strategies``, not from here."""

@@ -1,0 +1,157 @@
+"""Batches: requests plus the embedding format (hidden, dtype, ndim, device).
+
+Requests are drawn one after another from a shared ``HashPool`` so that
+duplicates and collisions cross request boundaries, and coverage is decided
+last, over the whole batch, because "partial" is a property of the batch.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from itertools import product
+
+from hypothesis import strategies as st
+from hypothesis.errors import InvalidArgument
+from hypothesis.strategies import DrawFn, SearchStrategy
+
+from harness.model import DEVICES, DTYPES, NDIMS, Case, Request
+from strategies._internal.choices import integer
+from strategies._internal.coverage import COVERAGES, draw_coverage, min_items_for
+from strategies._internal.items import HashPool
+from strategies._internal.requests import RequestDraft, RequestShape, check_shape, request_drafts
+from strategies._internal.validation import (
+    check_bool,
+    check_choice,
+    check_int,
+    check_order,
+    check_positive_ints,
+    check_subset,
+)
+
+
+@dataclass(frozen=True)
+class Format:
+    """Every allowed ``(hidden, dtype, ndim)``; one choice picks a combination."""
+
+    combos: tuple[tuple[int, str, int], ...]
+    device: str
+
+    def draw_case(self, draw: DrawFn, requests: Sequence[Request]) -> Case:
+        index = integer(draw, 0, len(self.combos) - 1)
+        hidden, dtype, ndim = self.combos[index]
+        return Case(tuple(requests), hidden=hidden, dtype=dtype, ndim=ndim, device=self.device)
+
+
+def check_format(
+    *, hiddens: Sequence[int], dtypes: Sequence[str], ndims: Sequence[int], device: str
+) -> Format:
+    hs = check_positive_ints("hiddens", hiddens)
+    ds = check_subset("dtypes", dtypes, DTYPES)
+    ns = check_subset("ndims", ndims, NDIMS)
+    check_choice("device", device, DEVICES)
+    return Format(tuple(product(hs, ds, ns)), device)
+
+
+def build_requests(
+    draw: DrawFn, drafts: Sequence[RequestDraft], coverage: str
+) -> list[Request]:
+    flags = draw_coverage(draw, [len(d.items) for d in drafts], coverage)
+    return [d.build(f) for d, f in zip(drafts, flags, strict=True)]
+
+
+def draw_drafts(
+    draw: DrawFn,
+    shape: RequestShape,
+    pool: HashPool,
+    *,
+    min_requests: int,
+    max_requests: int,
+    min_items_total: int,
+) -> list[RequestDraft]:
+    """Requests whose items add up to at least ``min_items_total``, without filtering.
+
+    Each request is asked for just enough items that the ones still to come can
+    make up the rest.
+    """
+    cap = shape.item_cap
+    low = max(min_requests, -(-min_items_total // cap) if min_items_total else 0)
+    n = integer(draw, low, max_requests)
+    drafts: list[RequestDraft] = []
+    have = 0
+    for r in range(n):
+        owed = max(0, min_items_total - have - (n - 1 - r) * cap)
+        draft = draw(request_drafts(shape, pool, owed))
+        have += len(draft.items)
+        drafts.append(draft)
+    return drafts
+
+
+@st.composite
+def _cases(
+    draw: DrawFn,
+    shape: RequestShape,
+    fmt: Format,
+    min_requests: int,
+    max_requests: int,
+    min_items_total: int,
+    coverage: str,
+    duplicates: bool,
+    collisions: bool,
+) -> Case:
+    pool = HashPool(duplicates=duplicates, collisions=collisions)
+    drafts = draw_drafts(
+        draw,
+        shape,
+        pool,
+        min_requests=min_requests,
+        max_requests=max_requests,
+        min_items_total=min_items_total,
+    )
+    return fmt.draw_case(draw, build_requests(draw, drafts, coverage))
+
+
+def cases(
+    *,
+    min_requests: int = 0,
+    max_requests: int = 4,
+    max_items: int = 3,
+    max_spans_per_item: int = 3,
+    max_seq_len: int = 40,
+    hiddens: Sequence[int] = (4, 8),
+    dtypes: Sequence[str] = DTYPES,
+    ndims: Sequence[int] = NDIMS,
+    coverage: str = "any",
+    duplicates: bool = True,
+    collisions: bool = False,
+    min_items_total: int = 0,
+    device: str = "cpu",
+) -> SearchStrategy[Case]:
+    """Well-formed batches: the input of every differential and metamorphic check.
+
+    ``coverage`` ("any", "all", "none", "partial") decides ``precomputed``;
+    ``duplicates`` reuses a hash for an item of the same token count (within and
+    across requests), ``collisions`` reuses one for a different token count;
+    ``min_items_total`` guarantees items for checks that need one.
+    """
+    shape = check_shape(
+        max_items=max_items, max_spans_per_item=max_spans_per_item, max_seq_len=max_seq_len
+    )
+    fmt = check_format(hiddens=hiddens, dtypes=dtypes, ndims=ndims, device=device)
+    check_int("min_requests", min_requests, min_value=0)
+    check_int("max_requests", max_requests, min_value=0)
+    check_order("min_requests", min_requests, "max_requests", max_requests)
+    check_choice("coverage", coverage, COVERAGES)
+    check_bool("duplicates", duplicates)
+    check_bool("collisions", collisions)
+    check_int("min_items_total", min_items_total, min_value=0)
+    need = max(min_items_total, min_items_for(coverage))
+    if need > max_requests * shape.item_cap:
+        raise InvalidArgument(
+            f"{need} items needed (min_items_total={min_items_total}, coverage={coverage!r}) "
+            f"but at most {max_requests * shape.item_cap} fit (max_requests={max_requests}, "
+            f"max_items={max_items}, max_seq_len={max_seq_len})"
+        )
+    return _cases(
+        shape, fmt, min_requests, max_requests, need, coverage, duplicates, collisions
+    )

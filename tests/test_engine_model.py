@@ -1,0 +1,463 @@
+"""EngineModel agrees with the reference; every seeded mutant has a small case that shows its bug.
+
+Agreement is checked by hand-worked cases (SGLang's own chunking table among them)
+across ndim, encoder forms, paths and cache sizes. Each mutant gets a witness: a
+call on a tiny case where the mutant's observable answer (value, error class and
+message prefix, or encoder log) differs from the reference's while the unmutated
+model's does not.
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from collections.abc import Callable
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+from harness import reference, tensors
+from harness.model import Case, CaseError, Item, Request
+from harness.targets import engine_model
+from harness.targets.base import ALL_CAPABILITIES, Encoder, FeatureItem, Target, TargetError
+from harness.targets.engine_model import EmbeddingCache, EngineModel
+from harness.targets.mutants import MUTANTS, mutant
+from harness.targets.reference import ReferenceTarget
+
+REFERENCE = ReferenceTarget()
+ENGINE = EngineModel()
+HUGE = 1 << 40
+
+Witness = Callable[[Target], Any]
+"""A call on a target whose result (or error) is compared across targets."""
+
+
+# Building cases ---------------------------------------------------------------
+
+
+def item(*spans: tuple[int, int], h: int = 1, **fields: Any) -> Item:
+    return Item(spans=spans, hash=h, **fields)
+
+
+def request(seq_len: int, prefix_len: int, extend_len: int, *items: Item) -> Request:
+    return Request(seq_len, prefix_len, extend_len, items)
+
+
+def batch(*requests: Request, **fields: Any) -> Case:
+    return Case(requests=requests, **fields)
+
+
+def precomputed(case: Case) -> Case:
+    """The case with every item marked precomputed."""
+    requests = tuple(
+        replace(r, items=tuple(replace(it, precomputed=True) for it in r.items))
+        for r in case.requests
+    )
+    return replace(case, requests=requests)
+
+
+# Observing and comparing ------------------------------------------------------
+
+
+def observe(witness: Witness, target: Target) -> Any:
+    """The witness's value, or its error as (class, message prefix): what a check compares."""
+    try:
+        return ("ok", witness(target))
+    except Exception as error:
+        return ("raised", type(error), str(error).split(":", 1)[0])
+
+
+def same(a: Any, b: Any) -> bool:
+    """Structural equality; tensors must agree in shape, dtype and every value."""
+    if isinstance(a, torch.Tensor) or isinstance(b, torch.Tensor):
+        return (
+            isinstance(a, torch.Tensor)
+            and isinstance(b, torch.Tensor)
+            and a.shape == b.shape
+            and a.dtype == b.dtype
+            and torch.equal(a, b)
+        )
+    if isinstance(a, FeatureItem) and isinstance(b, FeatureItem):
+        return a.item == b.item and same(a.features, b.features)
+    if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)):
+        return type(a) is type(b) and len(a) == len(b) and all(map(same, a, b))
+    return type(a) is type(b) and a == b
+
+
+def assert_agrees(witness: Witness, target: Target = ENGINE) -> Any:
+    expected = observe(witness, REFERENCE)
+    actual = observe(witness, target)
+    assert same(expected, actual), f"reference: {expected}\n{target.name}: {actual}"
+    return actual
+
+
+# Witnesses: one call of one rule on a case --------------------------------------
+
+
+def chunk(case: Case, r: int = 0) -> Witness:
+    embedding = tensors.request_embedding(case, case.requests[r].items)
+    return lambda t: t.embedding_chunk(embedding, case, r)
+
+
+def precomputed_rows(case: Case) -> Witness:
+    return lambda t: t.precomputed_embedding(case)
+
+
+def prefill(
+    *cases: Case, path: str = "batched", form: str = "tensor", cache_size: int = 0
+) -> Witness:
+    """Each case in turn on one cache; the results and what the first call encoded (sorted)."""
+
+    def run(t: Target) -> tuple[list[Any], list[tuple[int, int]]]:
+        cache = t.new_cache(cache_size)
+        encoders = [Encoder(case, form) for case in cases]
+        results = [
+            t.chunked_prefill_embedding(case, encoder, cache=cache, path=path)
+            for case, encoder in zip(cases, encoders, strict=True)
+        ]
+        return results, sorted(encoders[0].encoded)
+
+    return run
+
+
+def embed_mask(case: Case, form: str = "tensor", cache_size: int = 0) -> Witness:
+    def run(t: Target) -> tuple[Any, Any, list[tuple[int, int]]]:
+        encoder = Encoder(case, form)
+        rows, mask = t.embedding_and_mask(case, encoder, cache=t.new_cache(cache_size))
+        return rows, mask, sorted(encoder.encoded)
+
+    return run
+
+
+def count(case: Case) -> Witness:
+    return lambda t: t.count_mm_tokens(case)
+
+
+def adjust(rows: int, wanted: int) -> Witness:
+    embedding = tensors.block(1, rows, batch())
+    return lambda t: t.adjust_embedding_length(embedding, wanted)
+
+
+def _feature_item(it: Item) -> FeatureItem:
+    return FeatureItem(it, tensors.item_features(batch(), it))
+
+
+def feature(*items: Item) -> Witness:
+    return lambda t: t.image_feature(batch(), [_feature_item(it) for it in items])
+
+
+def split(it: Item) -> Witness:
+    return lambda t: t.split_item(batch(), _feature_item(it))
+
+
+# SGLang's table: one request, three images, four prefill chunks ----------------
+
+SGLANG_ITEMS = (item((2, 5), h=1), item((9, 14), h=2), item((20, 24), h=3))
+SGLANG_WINDOWS = {
+    # (prefix_len, extend_len): (start, end) = placeholders before the window, before its end
+    (0, 8): (0, 4),
+    (8, 8): (4, 10),
+    (16, 8): (10, 14),
+    (24, 6): (14, 15),
+}
+
+
+def sglang_case(window: tuple[int, int], ndim: int = 2) -> Case:
+    return batch(request(30, *window, *SGLANG_ITEMS), ndim=ndim)
+
+
+@pytest.mark.parametrize("ndim", [2, 3])
+@pytest.mark.parametrize("window", list(SGLANG_WINDOWS))
+def test_sglang_table_chunk(window: tuple[int, int], ndim: int) -> None:
+    case = sglang_case(window, ndim)
+    rows, start, end = assert_agrees(chunk(case))[1]
+    assert (start, end) == SGLANG_WINDOWS[window]
+    whole = tensors.request_embedding(case, SGLANG_ITEMS).reshape(-1, case.hidden)
+    assert torch.equal(rows, whole[start:end])
+    assert ENGINE.count_mm_tokens(case) == end - start
+    assert_agrees(count(case))
+    assert_agrees(precomputed_rows(precomputed(case)))
+    assert_agrees(embed_mask(precomputed(case)))
+
+
+@pytest.mark.parametrize("cache_size", [0, 1, HUGE])
+@pytest.mark.parametrize("path", ["batched", "per_request"])
+@pytest.mark.parametrize("form", ["tensor", "list"])
+@pytest.mark.parametrize("ndim", [2, 3])
+@pytest.mark.parametrize("window", list(SGLANG_WINDOWS))
+def test_sglang_table_prefill(
+    window: tuple[int, int], ndim: int, form: str, path: str, cache_size: int
+) -> None:
+    case = sglang_case(window, ndim)
+    results, encoded = assert_agrees(prefill(case, path=path, form=form, cache_size=cache_size))[1]
+    assert encoded == sorted(reference.items_in_windows(case))
+    warm = prefill(case, case, path=path, form=form, cache_size=cache_size)(ENGINE)[0]
+    assert same(warm, [results[0], results[0]])
+    assert_agrees(embed_mask(case, form, cache_size))
+
+
+@pytest.mark.parametrize("path", ["batched", "per_request"])
+@pytest.mark.parametrize("cache_size", [0, 1, HUGE])
+def test_sglang_schedule_on_one_cache_concatenates_to_the_whole(path: str, cache_size: int) -> None:
+    cache = ENGINE.new_cache(cache_size)
+    pieces = [
+        ENGINE.chunked_prefill_embedding(case, Encoder(case), cache=cache, path=path)
+        for case in map(sglang_case, SGLANG_WINDOWS)
+    ]
+    whole = tensors.request_embedding(batch(), SGLANG_ITEMS)
+    assert torch.equal(torch.cat(pieces), whole)
+
+
+# More agreement: batches, duplicates, collisions, partial coverage, errors -----
+
+TWO_REQUESTS = batch(
+    request(12, 3, 6, item((0, 1), h=1), item((4, 5), h=2), item((8, 10), h=3)),
+    request(6, 0, 6),
+    request(9, 2, 7, item((1, 3), h=2), item((6, 7), h=4)),
+)
+COLLISION = batch(
+    request(10, 0, 10, item((0, 1), h=5), item((4, 7), h=5)),
+    request(6, 1, 5, item((2, 4), h=5)),
+)
+VIDEO = batch(request(14, 3, 7, item((1, 2), (5, 6), (9, 11), h=9, modality="video")))
+AGREEMENT_CASES = {"two_requests": TWO_REQUESTS, "collision": COLLISION, "video": VIDEO}
+
+
+@pytest.mark.parametrize("cache_size", [0, 1, 64, HUGE])
+@pytest.mark.parametrize("path", ["batched", "per_request"])
+@pytest.mark.parametrize("form", ["tensor", "list"])
+@pytest.mark.parametrize("name", list(AGREEMENT_CASES))
+def test_prefill_agrees(name: str, form: str, path: str, cache_size: int) -> None:
+    case = AGREEMENT_CASES[name]
+    assert_agrees(prefill(case, path=path, form=form, cache_size=cache_size))
+    assert_agrees(embed_mask(case, form, cache_size))
+
+
+@pytest.mark.parametrize("name", list(AGREEMENT_CASES))
+def test_chunk_precomputed_and_count_agree(name: str) -> None:
+    case = AGREEMENT_CASES[name]
+    for r, req in enumerate(case.requests):
+        if req.items:
+            assert_agrees(chunk(case, r))
+    assert_agrees(count(case))
+    assert_agrees(precomputed_rows(case))
+    assert_agrees(precomputed_rows(precomputed(case)))
+    assert_agrees(embed_mask(precomputed(case)))
+
+
+PARTIAL_FALLBACK = batch(request(6, 0, 6, item((0, 1), precomputed=True), item((3, 4), h=2)))
+PARTIAL_RAISES = batch(
+    request(4, 0, 4, item((0, 1), precomputed=True)), request(4, 0, 4, item((0, 1), h=2))
+)
+NOTHING_IN_WINDOW = batch(request(8, 4, 4, item((0, 1))))
+
+
+def test_partial_coverage_and_empty_windows_agree() -> None:
+    assert assert_agrees(precomputed_rows(PARTIAL_FALLBACK)) == ("ok", None)
+    assert assert_agrees(precomputed_rows(PARTIAL_RAISES))[1] is NotImplementedError
+    assert_agrees(embed_mask(PARTIAL_FALLBACK))
+    assert_agrees(embed_mask(PARTIAL_RAISES))
+    assert assert_agrees(prefill(NOTHING_IN_WINDOW)) == ("ok", ([None], []))
+    assert assert_agrees(embed_mask(NOTHING_IN_WINDOW)) == ("ok", (None, None, []))
+    assert_agrees(precomputed_rows(precomputed(NOTHING_IN_WINDOW)))
+    assert_agrees(embed_mask(precomputed(NOTHING_IN_WINDOW)))
+
+
+MALFORMED = {
+    "unsorted": batch(request(8, 0, 8, item((5, 6), (1, 2)))),
+    "overlapping": batch(request(8, 0, 8, item((1, 3)), item((3, 4), h=2))),
+    "out_of_range": batch(request(8, 0, 8, item((6, 8)))),
+    "reversed": batch(request(8, 0, 8, item((4, 3)))),
+    "negative_length": batch(request(8, 0, -1, item((0, 1)))),
+    "window_past_end": batch(request(8, 6, 4, item((0, 1)))),
+    "row_mismatch": batch(request(8, 0, 8, item((0, 3), rows=5))),
+}
+
+
+@pytest.mark.parametrize("name", list(MALFORMED))
+def test_malformed_cases_are_refused_like_the_reference(name: str) -> None:
+    case = MALFORMED[name]
+    for witness in (chunk(case), precomputed_rows(precomputed(case)), prefill(case), count(case)):
+        assert assert_agrees(witness)[1] is CaseError
+
+
+def test_chunk_refuses_an_embedding_that_does_not_fit_the_spans() -> None:
+    case = batch(request(8, 0, 8, item((0, 3))))
+    too_long = tensors.block(1, 5, case)
+    outcome = assert_agrees(lambda t: t.embedding_chunk(too_long, case, 0))
+    assert outcome == ("raised", ValueError, "requests[0]")
+
+
+@pytest.mark.parametrize(("rows", "wanted"), [(5, 3), (3, 3), (3, 0), (0, 0), (2, 3)])
+def test_adjust_agrees(rows: int, wanted: int) -> None:
+    assert_agrees(adjust(rows, wanted))
+
+
+ONE_GRID = item((0, 3), grid=((1, 2, 2),))
+TWO_GRIDS = item((0, 3), (6, 7), h=2, grid=((1, 2, 2), (1, 1, 2)))
+
+
+def test_grid_rules_agree() -> None:
+    assert_agrees(feature(ONE_GRID, item((5, 6), h=3, grid=((1, 1, 2),))))
+    assert assert_agrees(feature(TWO_GRIDS)) == ("raised", ValueError, reference.ONE_GRID_MESSAGE)
+    assert assert_agrees(feature(item((0, 3)))) == (
+        "raised",
+        ValueError,
+        reference.ONE_GRID_MESSAGE,
+    )
+    parts = assert_agrees(split(TWO_GRIDS))[1]
+    assert [p.item.spans for p in parts] == [((0, 3),), ((6, 7),)]
+    assert_agrees(
+        lambda t: t.image_feature(batch(), t.split_item(batch(), _feature_item(TWO_GRIDS)))
+    )
+    assert assert_agrees(split(ONE_GRID))[1][0].item is ONE_GRID
+    assert assert_agrees(split(item((0, 1), (3, 4), grid=((1, 1, 1),))))[1] is ValueError
+
+
+# The embedding cache ------------------------------------------------------------
+
+
+def test_cache_is_lru_in_bytes() -> None:
+    row = torch.zeros(1, 4)  # 16 bytes
+    cache = EmbeddingCache(40)
+    assert cache.put(1, row) and cache.put(2, row)
+    cache.get(1)
+    assert cache.put(3, row)
+    assert 2 not in cache and 1 in cache and 3 in cache and cache.size == 32
+    assert not cache.put(4, torch.zeros(3, 4))
+    assert len(cache) == 2
+    assert not EmbeddingCache(0).put(1, row)
+
+
+def test_cache_entry_of_another_row_count_is_a_miss() -> None:
+    first = batch(request(10, 0, 10, item((0, 3), h=5)))
+    second = batch(request(10, 0, 10, item((0, 5), h=5)))
+    results, _ = prefill(first, second, cache_size=HUGE)(ENGINE)
+    assert same(results[1], tensors.block(5, 6, second))
+
+
+# Mutants: every one has a witness, and the witness shows its bug ----------------
+
+PARTIAL = PARTIAL_RAISES
+TWO_ITEMS_TWO_HASHES = batch(
+    request(4, 0, 4, item((0, 1), h=1)), request(4, 0, 4, item((0, 1), h=2))
+)
+SAME_ITEM_TWICE = batch(request(4, 0, 4, item((0, 1))), request(4, 0, 4, item((0, 1))))
+VIDEO_ITEM = item((1, 2), (5, 6))
+FEATURE_SPLIT = item((2, 3), (5, 6), grid=((1, 2, 2), (1, 1, 2)))
+
+WITNESSES: dict[str, Witness] = {
+    # R1
+    "chunk_start_off_by_one": chunk(batch(request(10, 2, 4, item((2, 5))))),
+    "chunk_end_inclusive": chunk(batch(request(10, 0, 4, item((2, 5))))),
+    "chunk_no_flatten": chunk(batch(request(6, 0, 6, item((0, 3))), ndim=3)),
+    "chunk_first_span_only": chunk(batch(request(8, 0, 8, VIDEO_ITEM))),
+    "chunk_nonempty_at_zero_extend": chunk(batch(request(10, 0, 0, item((2, 5))))),
+    "skip_span_validation": chunk(MALFORMED["unsorted"]),
+    "skip_window_validation": chunk(MALFORMED["window_past_end"]),
+    "skip_row_validation": chunk(MALFORMED["row_mismatch"]),
+    # R2
+    "precomputed_request_order": precomputed_rows(precomputed(TWO_ITEMS_TWO_HASHES)),
+    "precomputed_empty_request_not_skipped": precomputed_rows(
+        precomputed(batch(request(4, 0, 4, item((0, 1))), request(4, 0, 4)))
+    ),
+    "precomputed_fallback_inverted": precomputed_rows(PARTIAL),
+    "precomputed_wrong_error_class": precomputed_rows(PARTIAL),
+    "precomputed_wrong_message": precomputed_rows(PARTIAL),
+    "precomputed_ignores_window": precomputed_rows(
+        precomputed(batch(request(8, 2, 2, item((0, 5)))))
+    ),
+    "precomputed_no_flatten": precomputed_rows(
+        precomputed(batch(request(4, 0, 4, item((0, 1))), ndim=3))
+    ),
+    # R3
+    "prefill_cache_warmth": prefill(
+        batch(request(10, 0, 4, item((0, 9)))),
+        batch(request(10, 4, 6, item((0, 9)))),
+        cache_size=HUGE,
+    ),
+    "prefill_cache_ignores_row_count": prefill(
+        batch(request(10, 0, 10, item((0, 3), h=5))),
+        batch(request(10, 0, 10, item((0, 5), h=5))),
+        cache_size=HUGE,
+    ),
+    "prefill_dedup_ignores_count": prefill(
+        batch(request(10, 0, 10, item((0, 1), h=5), item((4, 7), h=5)))
+    ),
+    "prefill_encodes_outside_window": prefill(
+        batch(request(8, 4, 4, item((0, 1)), item((5, 6), h=2)))
+    ),
+    "prefill_duplicate_encode": prefill(SAME_ITEM_TWICE),
+    "prefill_request_order": prefill(TWO_ITEMS_TWO_HASHES),
+    "prefill_list_output_unflattened": prefill(
+        batch(request(4, 0, 4, item((0, 1))), ndim=3), form="list"
+    ),
+    "prefill_per_request_skips_cached": prefill(SAME_ITEM_TWICE, path="per_request"),
+    "prefill_per_request_off_by_one": prefill(
+        batch(request(6, 1, 4, item((1, 3)))), path="per_request"
+    ),
+    "prefill_reads_back_from_cache": prefill(batch(request(4, 0, 4, item((0, 1)))), cache_size=1),
+    "prefill_overlap_by_extent": prefill(batch(request(12, 5, 2, item((2, 3), (8, 9))))),
+    # R3e
+    "mask_first_placeholder_only": embed_mask(
+        batch(request(5, 0, 5, item((0, 1)), item((3, 4), h=2)))
+    ),
+    "mask_marks_text": embed_mask(batch(request(4, 0, 4, item((0, 1))))),
+    "embed_mask_skips_precomputed": embed_mask(PARTIAL),
+    # R4
+    "count_inclusive_end": count(batch(request(10, 0, 4, item((2, 5))))),
+    "adjust_keeps_first": adjust(5, 3),
+    "adjust_wrong_error_class": adjust(2, 3),
+    "adjust_wrong_message": adjust(2, 3),
+    "adjust_no_raise_on_short": adjust(2, 3),
+    "adjust_zero_keeps_all": adjust(3, 0),
+    # R5
+    "grid_check_at_least_one": feature(TWO_GRIDS),
+    "grid_check_wrong_message": feature(TWO_GRIDS),
+    "grid_check_ignores_grid_thws": feature(
+        item((0, 3), (6, 7), grid=((1, 2, 2), (1, 1, 2)), grid_key="grid_thws")
+    ),
+    "grid_check_first_item_only": feature(ONE_GRID, TWO_GRIDS),
+    "split_drops_last_patch_rows": split(FEATURE_SPLIT),
+    "split_keeps_aggregated_grid": split(FEATURE_SPLIT),
+    "split_spans_relative": split(FEATURE_SPLIT),
+}
+
+
+def test_every_mutant_has_a_witness() -> None:
+    assert sorted(WITNESSES) == sorted(MUTANTS)
+
+
+@pytest.mark.parametrize("name", sorted(WITNESSES))
+def test_witness_shows_the_bug(name: str) -> None:
+    witness = WITNESSES[name]
+    assert_agrees(witness)
+    expected, actual = observe(witness, REFERENCE), observe(witness, mutant(name))
+    assert not same(expected, actual), f"mutant {name} answered like the reference: {actual}"
+
+
+def test_registry() -> None:
+    assert len(MUTANTS) >= 30
+    assert {m.rule for m in MUTANTS.values()} == {"R1", "R2", "R3", "R3e", "R4", "R5"}
+    assert all(name == m.name and m.description for name, m in MUTANTS.items())
+    target = mutant("chunk_start_off_by_one")
+    assert isinstance(target, Target) and target.name == "mutant:chunk_start_off_by_one"
+    assert target.capabilities == ALL_CAPABILITIES
+    assert target.describe()["bug"] == "chunk_start_off_by_one"
+    with pytest.raises(TargetError, match="unknown mutant"):
+        mutant("no_such_bug")
+
+
+def test_every_bug_switch_in_the_model_is_a_registered_mutant() -> None:
+    source = Path(engine_model.__file__).read_text()
+    assert set(re.findall(r'bug [!=]= "(\w+)"', source)) == set(MUTANTS)
+
+
+def test_importing_the_targets_does_not_import_torch() -> None:
+    code = "import sys, harness.targets.mutants; print('torch' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"

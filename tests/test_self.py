@@ -1,0 +1,74 @@
+"""The self-test: the checks can fail. Every seeded mutant is killed; every check kills something.
+
+A check that no bug can trip is a defect, so each check names a witness target
+on which it must fail, and each mutant must be caught by a non-hazard check
+within the CI profile.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from harness.checks import all_checks
+from harness.runner import FAILED, HAZARD, PASSED, SKIPPED, run_check
+from harness.selftest import kill, reference_status
+from harness.targets.engine_model import EngineModel
+from harness.targets.mutants import MUTANTS
+from harness.targets.specs import resolve
+
+CHECKS = all_checks()
+
+# check id -> a target it must fail on (a mutant, or the reference for a hazard of the rules).
+WITNESSES = {
+    "adjust.matches_reference": "mutant:adjust_keeps_first",
+    "adjust.zero_keeps_all": "mutant:adjust_zero_keeps_all",
+    "chunk.matches_reference": "mutant:chunk_start_off_by_one",
+    "chunk.rejects_malformed": "mutant:skip_span_validation",
+    "chunk.row_mismatch_accepted": "mutant:skip_row_validation",
+    "chunk.schedule_concat": "mutant:chunk_end_inclusive",
+    "count.matches_reference": "mutant:count_inclusive_end",
+    "device.cpu_equals_cuda": None,  # needs CUDA; see tests/test_cuda.py
+    "embed_mask.matches_reference": "mutant:mask_marks_text",
+    "grid.one_grid_rule": "mutant:grid_check_at_least_one",
+    "grid.split_matches_reference": "mutant:split_drops_last_patch_rows",
+    "grid.split_then_encode": "mutant:split_keeps_aggregated_grid",
+    "precomputed.matches_reference": "mutant:precomputed_ignores_window",
+    "precomputed.partial_fallback": "reference",
+    "precomputed.permutation": "mutant:precomputed_request_order",
+    "prefill.cache_independent": "mutant:prefill_cache_warmth",
+    "prefill.encoder_calls": "mutant:prefill_encodes_outside_window",
+    "prefill.matches_reference": "mutant:prefill_dedup_ignores_count",
+    "prefill.path_independent": "mutant:prefill_per_request_off_by_one",
+    "prefill.permutation": "mutant:prefill_request_order",
+    "prefill.schedule_concat": "mutant:prefill_cache_warmth",
+}
+
+
+def test_every_check_has_a_witness():
+    assert sorted(WITNESSES) == sorted(CHECKS)
+
+
+@pytest.mark.parametrize("check_id", sorted(c for c, w in WITNESSES.items() if w))
+def test_check_fails_on_its_witness(check_id):
+    check = CHECKS[check_id]
+    result = run_check(check, resolve(WITNESSES[check_id]), profile="ci")
+    expected = HAZARD if check.family == "hazard" else FAILED
+    assert result.status == expected, result.reason or result.status
+
+
+@pytest.mark.parametrize("check_id", sorted(CHECKS))
+def test_unmutated_engine_model_agrees_with_the_reference(check_id):
+    """The engine model is correct, so it passes where the reference passes (hazards are the rules')."""
+    check = CHECKS[check_id]
+    on_model = run_check(check, EngineModel(), profile="ci")
+    assert on_model.status in (PASSED, SKIPPED, HAZARD), on_model.reason
+    if on_model.status == HAZARD:
+        assert reference_status(check_id) == HAZARD
+
+
+@pytest.mark.parametrize("name", sorted(MUTANTS))
+def test_mutant_is_killed(name, record_property):
+    result = kill(name)
+    assert result.killed_by, f"mutant {name} survived every check"
+    record_property("examples_to_kill", result.examples)
+    record_property("killed_by", ",".join(result.killed_by))

@@ -1,0 +1,560 @@
+"""SGLang targets: the by-path loader, its stubs and shims, the adapter, and the one-line errors.
+
+Two kinds of engine files are used. A small synthetic engine, written here (not
+SGLang's code), exercises the loader's mechanics offline: stubs, shims, relative
+and call-time imports, a file that fails to load, layouts, ``sys.modules``
+hygiene. Real releases, downloaded from the package index once per cache
+(``network`` marker), exercise the adapter: capabilities per release, two
+releases in one process, a fork layout and a lone ``mm_schedule.py`` built from
+the wheel's files, checks that must not fail on 0.5.23, and divergences the
+harness must keep finding on 0.5.10.
+
+Downloads go to ``$MMHARNESS_CACHE`` when set, else to pytest's cache directory
+(shared by xdist workers and kept between runs).
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from harness.checks import all_checks
+from harness.model import Case, Item, Request
+from harness.runner import FAILED, HAZARD, PASSED, SKIPPED, replay, run_check
+from harness.targets import base, loader, releases, shims
+from harness.targets.base import TargetError
+from harness.targets.sglang import SGLangTarget, from_path, from_release
+from harness.targets.specs import resolve
+
+CHECKS = all_checks()
+
+
+@pytest.fixture(scope="session")
+def harness_cache(request, tmp_path_factory) -> Path:
+    """One cache for the session: the user's ``$MMHARNESS_CACHE``, else pytest's cache dir."""
+    if os.environ.get("MMHARNESS_CACHE"):
+        return Path(os.environ["MMHARNESS_CACHE"])
+    cache = getattr(request.config, "cache", None)
+    if cache is not None:
+        return Path(cache.mkdir("mmharness"))
+    return tmp_path_factory.mktemp("mmharness-cache")
+
+
+@pytest.fixture(autouse=True)
+def _cache_env(harness_cache, monkeypatch):
+    monkeypatch.setenv("MMHARNESS_CACHE", str(harness_cache))
+
+
+def _engine_modules() -> set[str]:
+    return {m for m in sys.modules if m.startswith("sglang") or m.startswith(loader.PRIVATE_PREFIX)}
+
+
+# A synthetic engine ------------------------------------------------------------------
+
+SYNTHETIC_RULES = '''
+"""Synthetic rules module for mmharness tests: the imports and shapes engine code has."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import List, Optional
+
+import torch
+
+import sglang.srt.environ
+from sglang.srt.layers.fancy import FancyKernel, fancy_decorator
+from sglang.srt.managers import schedule_batch
+from sglang.srt.managers.schedule_batch import Modality, MultimodalDataItem
+from sglang.srt.runtime_context import get_schedule
+from sglang.srt.utils import is_hip
+
+_is_hip = is_hip()
+embedding_cache: Optional[FancyKernel] = None
+LIMIT = sglang.srt.environ.envs.SGLANG_LIMIT
+ITEM_TYPE = schedule_batch.MultimodalDataItem
+
+
+class Kernel(FancyKernel):
+    pass
+
+
+@dataclass
+class Info:
+    items: List[MultimodalDataItem] = field(default_factory=list)
+
+
+@fancy_decorator
+def get_embedding_chunk(embedding, extend_prefix_len, extend_seq_len, items_offset):
+    positions = [p for start, end in items_offset for p in range(start, end + 1)]
+    low, high = extend_prefix_len, extend_prefix_len + extend_seq_len
+    inside = [k for k, p in enumerate(positions) if low <= p < high]
+    flat = embedding.reshape(-1, embedding.shape[-1])
+    return flat[inside], sum(p < low for p in positions), sum(p < high for p in positions)
+
+
+def _count_mm_tokens_in_extend(prefix_length, extend_length, items_offset_list):
+    from sglang.srt.utils.late import late_helper
+
+    late_helper()
+    return sum(
+        low <= p < low + n
+        for low, n, offsets in zip(prefix_length, extend_length, items_offset_list)
+        for start, end in offsets
+        for p in range(start, end + 1)
+    )
+
+
+def chunked_prefill_size() -> int:
+    return get_schedule().chunked_prefill_size
+
+
+def get_embedding_and_mask(items, input_ids, unknown_form):
+    raise AssertionError("an unknown signature must never be called")
+'''
+
+SYNTHETIC_UTILS = '''
+"""Synthetic mm_utils: re-exports through a relative import, as 0.5.18+ does."""
+from . import mm_schedule
+from .mm_schedule import get_embedding_chunk
+'''
+
+BROKEN_KIMI = 'raise RuntimeError("boom: this model file needs a GPU")\n'
+
+
+def _write_engine(package: Path) -> Path:
+    managers = package / "srt" / "managers"
+    managers.mkdir(parents=True)
+    (managers / "mm_schedule.py").write_text(textwrap.dedent(SYNTHETIC_RULES))
+    (managers / "mm_utils.py").write_text(textwrap.dedent(SYNTHETIC_UTILS))
+    (package / "srt" / "models").mkdir()
+    (package / "srt" / "models" / "kimi_k3.py").write_text(BROKEN_KIMI)
+    (package / "__init__.py").write_text('raise RuntimeError("sglang/__init__.py must never run")\n')
+    (package / "_version.py").write_text("__version__ = version = '9.8.7'\n")
+    return package
+
+
+@pytest.fixture
+def synthetic(tmp_path) -> Path:
+    """A directory holding a synthetic ``sglang/`` package."""
+    _write_engine(tmp_path / "site" / "sglang")
+    return tmp_path / "site"
+
+
+def test_synthetic_engine_loads_without_touching_sys_modules(synthetic):
+    before = _engine_modules()
+    target = from_path(str(synthetic))
+    assert _engine_modules() == before
+    assert target.capabilities == {base.CHUNK, base.COUNT}
+    description = target.describe()
+    assert description["release"] == "9.8.7"
+    assert description["rules_module"] == "sglang.srt.managers.mm_schedule"
+    assert "sglang.srt.layers.fancy.FancyKernel" in description["stubbed"]
+    assert "sglang.srt.environ.envs" in description["stubbed"]
+    assert "sglang.srt.utils.is_hip" in description["shims"]
+    assert "sglang.srt.runtime_context.get_schedule" in description["shims"]
+
+
+def test_unknown_signatures_are_not_capabilities(synthetic):
+    target = from_path(str(synthetic))
+    assert "get_embedding_and_mask" in target.describe()["functions"]
+    assert base.EMBED_AND_MASK not in target.capabilities
+
+
+def test_call_time_imports_are_served_and_recorded(synthetic):
+    target = from_path(str(synthetic))
+    case = Case((Request(4, 1, 2, (Item(((0, 2),), hash=3),)),))
+    assert target.count_mm_tokens(case) == 2
+    assert "sglang.srt.utils.late.late_helper" in target.describe()["stubbed"]
+
+
+def test_shims_answer_with_single_rank_defaults(synthetic):
+    engine = loader.load(loader.locate(synthetic))
+    rules = engine.module("sglang.srt.managers.mm_schedule")
+    assert rules.chunked_prefill_size() == -1
+    assert rules._is_hip is False
+    assert not rules.LIMIT
+    assert rules.Info().items == []
+    assert rules.ITEM_TYPE is engine.item_type is rules.MultimodalDataItem
+
+
+def test_relative_imports_share_the_loaded_module(synthetic):
+    engine = loader.load(loader.locate(synthetic))
+    utils = engine.module("sglang.srt.managers.mm_utils")
+    schedule = engine.module("sglang.srt.managers.mm_schedule")
+    assert utils.mm_schedule is schedule
+    assert utils.get_embedding_chunk is schedule.get_embedding_chunk
+
+
+def test_each_load_is_private(synthetic):
+    first = loader.load(loader.locate(synthetic))
+    second = loader.load(loader.locate(synthetic))
+    one = first.module("sglang.srt.managers.mm_schedule")
+    two = second.module("sglang.srt.managers.mm_schedule")
+    assert one is not two
+    one._is_hip = True
+    assert two._is_hip is False
+
+
+def test_a_file_that_fails_to_load_is_reported_not_fatal(synthetic):
+    target = from_path(str(synthetic))
+    errors = target.describe()["load_errors"]
+    assert errors == {"sglang.srt.models.kimi_k3": "RuntimeError: boom: this model file needs a GPU"}
+    assert base.ONE_GRID not in target.capabilities
+
+
+@pytest.mark.parametrize("layout", ["site", "fork_root", "fork_python", "package"])
+def test_layouts(tmp_path, layout):
+    package = {
+        "site": tmp_path / "sglang",
+        "fork_root": tmp_path / "python" / "sglang",
+        "fork_python": tmp_path / "python" / "sglang",
+        "package": tmp_path / "sglang",
+    }[layout]
+    _write_engine(package)
+    spec = {"fork_python": tmp_path / "python", "package": package}.get(layout, tmp_path)
+    assert resolve(str(spec)).capabilities == {base.CHUNK, base.COUNT}
+
+
+def test_single_file(synthetic, tmp_path):
+    lone = tmp_path / "lone" / "mm_schedule.py"
+    lone.parent.mkdir()
+    shutil.copy(synthetic / "sglang" / "srt" / "managers" / "mm_schedule.py", lone)
+    target = resolve(str(lone))
+    assert target.capabilities == {base.CHUNK, base.COUNT}
+    assert target.describe()["files"] == [str(lone.resolve())]
+
+
+@pytest.mark.parametrize("check_id", ["chunk.matches_reference", "count.matches_reference"])
+def test_checks_run_through_the_adapter(synthetic, check_id):
+    result = run_check(CHECKS[check_id], from_path(str(synthetic)), max_examples=30)
+    assert result.status == PASSED, result.reason
+
+
+def test_importing_specs_does_not_import_torch():
+    code = (
+        "import sys, harness.targets.specs, harness.targets.sglang, harness.targets.loader,"
+        " harness.targets.releases, harness.matrix; assert 'torch' not in sys.modules"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True)
+
+
+# Stubs and shims ---------------------------------------------------------------------
+
+
+def test_stub_survives_module_level_use():
+    stub = shims.Stub("sglang.x.Thing")
+
+    class Derived(stub):
+        pass
+
+    def function():
+        return 1
+
+    assert stub(function) is function
+    assert isinstance(stub("arg"), shims.Stub)
+    assert not stub and not isinstance(3, stub) and isinstance(3, (int, stub))
+    assert (int | stub) is stub and stub[int] is stub
+    assert list(stub) == [] and Derived.__name__ == "Derived"
+    with stub.context() as inside:
+        assert isinstance(inside, shims.Stub)
+
+
+def test_item_shim_reads_model_data_and_records_misses():
+    record = shims.Record()
+    item_type = type("MultimodalDataItem", (shims.MultimodalDataItem,), {"_mm_record": record})
+    item = item_type(modality=shims.Modality.VIDEO, offsets=[(0, 1)], model_specific_data={"grid": 3})
+    assert item.grid == 3 and item.is_video() and not item.is_audio()
+    clone = copy.copy(item)
+    clone.offsets = [(5, 6)]
+    assert item.offsets == [(0, 1)] and clone.grid == 3
+    with pytest.raises(AttributeError, match="mmharness shim"):
+        item.new_field_of_a_later_release  # noqa: B018
+    assert record.item_misses == {"new_field_of_a_later_release"}
+
+
+def test_strict_maybe_assert_sum():
+    import torch
+
+    shims.maybe_assert_sum(torch.ones(3), 3, "count")
+    with pytest.raises(AssertionError, match="count"):
+        shims.maybe_assert_sum(torch.ones(3), 2, "count")
+
+
+# One-line errors ---------------------------------------------------------------------
+
+
+def _one_line(error: pytest.ExceptionInfo) -> str:
+    message = str(error.value)
+    assert "\n" not in message
+    return message
+
+
+def test_path_without_rules(tmp_path):
+    with pytest.raises(TargetError) as error:
+        resolve(str(tmp_path))
+    assert "holds no SGLang rules" in _one_line(error)
+
+
+def test_missing_path_and_foreign_file(tmp_path):
+    with pytest.raises(TargetError) as error:
+        resolve(str(tmp_path / "nowhere"))
+    assert "does not exist" in _one_line(error)
+    other = tmp_path / "other.py"
+    other.write_text("x = 1\n")
+    with pytest.raises(TargetError) as error:
+        resolve(str(other))
+    assert "not an SGLang rules file" in _one_line(error)
+
+
+def test_installed_sglang_that_does_not_import(tmp_path, monkeypatch):
+    fake = tmp_path / "sglang"
+    fake.mkdir()
+    (fake / "__init__.py").write_text('raise ImportError("sgl_kernel is missing")\n')
+    monkeypatch.syspath_prepend(str(tmp_path))
+    with pytest.raises(TargetError) as error:
+        resolve("sglang")
+    message = _one_line(error)
+    assert "sgl_kernel is missing" in message and "sglang==" in message and "path spec" in message
+    assert "sglang" not in sys.modules
+
+
+INSTALLED_ITEM = """
+import enum
+
+
+class Modality(enum.Enum):
+    IMAGE = 1
+    VIDEO = 2
+    AUDIO = 3
+
+
+class MultimodalDataItem:
+    def __init__(self, **fields):
+        self.__dict__.update(fields)
+"""
+
+
+INSTALLED_RULES = """
+from sglang.srt.managers.schedule_batch import MultimodalDataItem
+
+
+def get_embedding_chunk(embedding, extend_prefix_len, extend_seq_len, items_offset):
+    positions = [p for start, end in items_offset for p in range(start, end + 1)]
+    low, high = extend_prefix_len, extend_prefix_len + extend_seq_len
+    inside = [k for k, p in enumerate(positions) if low <= p < high]
+    flat = embedding.reshape(-1, embedding.shape[-1])
+    return flat[inside], sum(p < low for p in positions), sum(p < high for p in positions)
+
+
+def _count_mm_tokens_in_extend(prefix_length, extend_length, items_offset_list):
+    return 0
+
+
+def get_embedding_and_mask(items):
+    raise AssertionError("an unknown signature must never be called")
+"""
+
+
+def test_installed_package_is_imported_normally(tmp_path, monkeypatch):
+    package = tmp_path / "sglang"
+    managers = package / "srt" / "managers"
+    managers.mkdir(parents=True)
+    for directory in (package, package / "srt", managers):
+        (directory / "__init__.py").write_text("")
+    (managers / "schedule_batch.py").write_text(INSTALLED_ITEM)
+    (managers / "mm_schedule.py").write_text(INSTALLED_RULES)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    try:
+        target = resolve("sglang")
+        assert target.capabilities == {base.CHUNK, base.COUNT}
+        assert target.describe()["loaded"].startswith("installed")
+        result = run_check(CHECKS["chunk.matches_reference"], target, max_examples=20)
+        assert result.status == PASSED, result.reason
+    finally:
+        for name in [m for m in sys.modules if m == "sglang" or m.startswith("sglang.")]:
+            del sys.modules[name]
+
+
+def test_no_network(monkeypatch, tmp_path):
+    monkeypatch.setenv("MMHARNESS_CACHE", str(tmp_path))
+    monkeypatch.setenv("PIP_CONFIG_FILE", os.devnull)
+    monkeypatch.setenv("PIP_INDEX_URL", "http://127.0.0.1:9/simple")
+    for name in ("PIP_EXTRA_INDEX_URL", "PIP_FIND_LINKS", "PIP_NO_INDEX"):
+        monkeypatch.delenv(name, raising=False)
+    with pytest.raises(TargetError) as error:
+        resolve("sglang==0.5.23")
+    assert "unreachable" in _one_line(error)
+
+
+def test_bad_release_version():
+    with pytest.raises(TargetError) as error:
+        resolve("sglang==latest; rm -rf")
+    assert "not a release version" in _one_line(error)
+
+
+def test_pip_errors_become_one_line():
+    listed = (
+        "ERROR: Could not find a version that satisfies the requirement sglang==0.4.99"
+        " (from versions: 0.4.9, 0.5.2, 0.5.10)\n"
+    )
+    assert "latest is 0.5.10" in releases._explain("0.4.99", [listed])
+    offline = "WARNING: Retrying ... NewConnectionError(...)\nERROR: ... (from versions: none)\n"
+    assert "unreachable" in releases._explain("0.5.23", [offline])
+    empty = "ERROR: Could not find a version that satisfies sglang==1.0 (from versions: none)\n"
+    assert "lists no sglang wheels" in releases._explain("1.0", [empty])
+
+
+def test_release_of_skips_placeholder_versions(tmp_path):
+    package = tmp_path / "sglang"
+    package.mkdir()
+    (package / "version.py").write_text('    __version__ = "0.0.0.dev0"\n')
+    assert loader._release_of(package) is None
+    (tmp_path / "sglang-1.2.3.dist-info").mkdir()
+    (tmp_path / "sglang-1.2.3.dist-info" / "METADATA").write_text("Name: sglang\nVersion: 1.2.3\n")
+    assert loader._release_of(package) == "1.2.3"
+
+
+# Real releases (network) -------------------------------------------------------------
+
+CAPABILITIES = {
+    "0.5.10": {"chunk", "precomputed", "prefill", "embed_and_mask", "adjust", "split"},
+    "0.5.23": {
+        "chunk", "precomputed", "prefill", "per_request_path", "embed_and_mask",
+        "count", "adjust", "one_grid", "split",
+    },
+}  # fmt: skip
+
+
+@pytest.fixture(scope="session")
+def release(harness_cache):
+    """``release(version)``: that release's target, downloaded into the session cache once."""
+    loaded: dict[str, SGLangTarget] = {}
+
+    def get(version: str) -> SGLangTarget:
+        if version not in loaded:
+            with pytest.MonkeyPatch.context() as patch:
+                patch.setenv("MMHARNESS_CACHE", str(harness_cache))
+                loaded[version] = from_release(version)
+        return loaded[version]
+
+    return get
+
+
+@pytest.mark.network
+@pytest.mark.parametrize("version", sorted(CAPABILITIES))
+def test_release_capabilities(release, version):
+    target = release(version)
+    assert target.capabilities == CAPABILITIES[version]
+    description = target.describe()
+    assert description["release"] == version
+    assert description["load_errors"] == {}
+    assert description["cache"].endswith("(the engine's own)")
+    assert description["stubbed"], "the engine's other imports are stubs"
+
+
+@pytest.mark.network
+def test_two_releases_in_one_process(release):
+    before = _engine_modules()
+    old, new = release("0.5.10"), release("0.5.23")
+    assert _engine_modules() == before
+    assert old.describe()["rules_module"] == "sglang.srt.managers.mm_utils"
+    assert new.describe()["rules_module"] == "sglang.srt.managers.mm_schedule"
+    case = Case((Request(5, 1, 3, (Item(((0, 1),), hash=1), Item(((3, 4),), hash=2))),))
+    for target in (old, new, old):
+        assert run_check(CHECKS["prefill.matches_reference"], target, max_examples=10).status == PASSED
+        encoder = base.Encoder(case)
+        rows = target.chunked_prefill_embedding(case, encoder, cache=target.new_cache(1 << 30))
+        assert rows.shape == (2, case.hidden)
+
+
+@pytest.mark.network
+def test_fork_layout_from_wheel_files(release, tmp_path):
+    package = Path(release("0.5.23").describe()["source"]) / "sglang"
+    shutil.copytree(package, tmp_path / "fork" / "python" / "sglang")
+    for spec in (tmp_path / "fork", tmp_path / "fork" / "python"):
+        target = resolve(str(spec))
+        assert target.capabilities == CAPABILITIES["0.5.23"]
+        assert target.describe()["release"] == "0.5.23"
+        result = run_check(CHECKS["embed_mask.matches_reference"], target, max_examples=15)
+        assert result.status == PASSED, result.reason
+
+
+@pytest.mark.network
+def test_lone_mm_schedule_file_loads_and_runs(release, tmp_path):
+    source = Path(release("0.5.23").describe()["source"]) / "sglang" / "srt" / "managers" / "mm_schedule.py"
+    lone = tmp_path / "mm_schedule.py"
+    shutil.copy(source, lone)
+    target = resolve(str(lone))
+    assert CAPABILITIES["0.5.23"] - target.capabilities == {"one_grid", "split"}
+    assert "harness shim" in target.describe()["cache"]
+    for check_id in (
+        "prefill.matches_reference",
+        "prefill.cache_independent",
+        "chunk.matches_reference",
+    ):
+        result = run_check(CHECKS[check_id], target, max_examples=15)
+        assert result.status == PASSED, (check_id, result.reason)
+
+
+@pytest.mark.network
+@pytest.mark.parametrize(
+    "check_id",
+    [
+        "chunk.matches_reference",
+        "chunk.schedule_concat",
+        "precomputed.matches_reference",
+        "precomputed.permutation",
+        "prefill.matches_reference",
+        "prefill.cache_independent",
+        "prefill.path_independent",
+        "prefill.schedule_concat",
+        "prefill.permutation",
+        "embed_mask.matches_reference",
+        "count.matches_reference",
+        "adjust.matches_reference",
+        "adjust.zero_keeps_all",
+        "grid.one_grid_rule",
+        "grid.split_matches_reference",
+        "grid.split_then_encode",
+    ],
+)
+def test_checks_do_not_fail_on_0_5_23(release, check_id):
+    result = run_check(CHECKS[check_id], release("0.5.23"), max_examples=25)
+    assert result.status in (PASSED, HAZARD, SKIPPED), (result.reason, result.example)
+
+
+# Divergences the harness finds in 0.5.10 (see the adapter's report); they must stay found.
+COLLISION = Case((Request(2, 0, 2, (Item(((0, 1),), hash=5),)), Request(3, 0, 3, (Item(((0, 2),), hash=5),))))
+GRID_THWS = Case(
+    (
+        Request(
+            2,
+            0,
+            2,
+            (Item(((0, 0), (1, 1)), hash=0, grid=((1, 1, 1), (2, 1, 1)), grid_key="grid_thws"),),
+        ),
+    )
+)
+
+
+@pytest.mark.network
+@pytest.mark.parametrize(
+    ("check_id", "case"),
+    [("prefill.matches_reference", COLLISION), ("grid.split_matches_reference", GRID_THWS)],
+)
+def test_known_divergences_of_0_5_10(release, check_id, case):
+    assert replay(CHECKS[check_id], release("0.5.10"), (case, {})).status == FAILED
+    assert replay(CHECKS[check_id], release("0.5.23"), (case, {})).status == PASSED
+
+
+@pytest.mark.network
+def test_missing_release(harness_cache):
+    with pytest.raises(TargetError) as error:
+        resolve("sglang==0.4.99")
+    assert "not on the package index" in _one_line(error)
