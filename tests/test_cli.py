@@ -1,0 +1,86 @@
+"""The command line: exit codes, one-line usage errors, saved findings that replay."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from harness.cli import main
+
+
+def run(capsys, *argv: str) -> tuple[int, str, str]:
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_reference_passes(capsys, tmp_path):
+    code, out, _ = run(capsys, "check", "--checks", "R1", "--max-examples", "20", "--findings", str(tmp_path))
+    assert code == 0
+    assert "PASS   chunk.matches_reference (R1)" in out
+    assert out.rstrip().endswith("0 failed, 0 hazards, 0 skipped")
+
+
+def test_mutant_fails_and_its_finding_replays(capsys, tmp_path):
+    target = "mutant:chunk_start_off_by_one"
+    code, out, _ = run(capsys, "check", "--target", target, "--checks", "chunk.matches_reference", "--findings", str(tmp_path))
+    assert code == 1
+    assert "FAIL   chunk.matches_reference (R1)" in out
+    assert "expected: tensor[" in out and "actual:   tensor[" in out
+    (saved,) = tmp_path.glob("chunk.matches_reference-*.json")
+    assert f"reproduce with: mmharness replay {saved} --target {target}" in out
+    document = json.loads(saved.read_text())
+    assert document["check"] == "chunk.matches_reference" and document["target"] == target
+
+    assert run(capsys, "replay", str(saved))[0] == 1  # the target saved in the case
+    assert run(capsys, "replay", str(saved), "--target", "reference")[0] == 0
+
+
+@pytest.mark.parametrize(
+    ("argv", "words"),
+    [
+        (["check", "--target", "nonsense"], "unknown target 'nonsense'"),
+        (["check", "--target", "mutant:nope"], "unknown mutant 'nope'"),
+        (["check", "--checks", "chunk.nope"], "unknown check 'chunk.nope'"),
+        (["check", "--max-examples", "0"], "--max-examples must be >= 1"),
+        (["check", "--baseline", "/nonexistent/report.json"], "--baseline /nonexistent/report.json"),
+        (["replay", "/nonexistent/case.json"], "/nonexistent/case.json"),
+    ],
+)
+def test_usage_errors_are_one_line_and_exit_2(capsys, argv, words):
+    code, out, err = run(capsys, *argv)
+    assert code == 2
+    assert err.count("\n") == 1 and err.startswith("mmharness: error: ")
+    assert words in err
+
+
+def test_hazards_fail_only_under_strict(capsys, tmp_path):
+    args = ["check", "--checks", "precomputed.partial_fallback", "--findings", str(tmp_path)]
+    code, out, _ = run(capsys, *args)
+    assert code == 0 and "HAZARD precomputed.partial_fallback" in out
+    assert run(capsys, *args, "--strict")[0] == 1
+
+
+def test_reports_and_baseline(capsys, tmp_path):
+    report, junit = tmp_path / "report.json", tmp_path / "junit.xml"
+    args = ["check", "--target", "mutant:count_inclusive_end", "--checks", "count", "--findings", str(tmp_path)]
+    assert run(capsys, *args, "--json", str(report), "--junit", str(junit))[0] == 1
+    data = json.loads(report.read_text())
+    assert data["results"][0]["status"] == "failed"
+    assert "<failure" in junit.read_text()
+    assert run(capsys, *args, "--baseline", str(report))[0] == 0  # known finding tolerated
+
+
+def test_listings(capsys):
+    code, out, _ = run(capsys, "targets")
+    assert code == 0 and "reference" in out and "mutant:chunk_start_off_by_one" in out
+    code, out, _ = run(capsys, "checks")
+    assert code == 0 and "prefill.cache_independent" in out and "R3" in out
+
+
+def test_help_does_not_import_torch():
+    code = "import sys; from harness.cli import main\ntry: main(['--help'])\nexcept SystemExit: pass\nassert 'torch' not in sys.modules"
+    subprocess.run([sys.executable, "-c", code], check=True, capture_output=True)
