@@ -26,7 +26,16 @@ def test_reference_passes(capsys, tmp_path):
 
 def test_mutant_fails_and_its_finding_replays(capsys, tmp_path):
     target = "mutant:chunk_start_off_by_one"
-    code, out, _ = run(capsys, "check", "--target", target, "--checks", "chunk.matches_reference", "--findings", str(tmp_path))
+    code, out, _ = run(
+        capsys,
+        "check",
+        "--target",
+        target,
+        "--checks",
+        "chunk.matches_reference",
+        "--findings",
+        str(tmp_path),
+    )
     assert code == 1
     assert "FAIL   chunk.matches_reference (R1)" in out
     assert "expected: tensor[" in out and "actual:   tensor[" in out
@@ -51,7 +60,7 @@ def test_mutant_fails_and_its_finding_replays(capsys, tmp_path):
     ],
 )
 def test_usage_errors_are_one_line_and_exit_2(capsys, argv, words):
-    code, out, err = run(capsys, *argv)
+    code, _, err = run(capsys, *argv)
     assert code == 2
     assert err.count("\n") == 1 and err.startswith("mmharness: error: ")
     assert words in err
@@ -66,7 +75,15 @@ def test_hazards_fail_only_under_strict(capsys, tmp_path):
 
 def test_reports_and_baseline(capsys, tmp_path):
     report, junit = tmp_path / "report.json", tmp_path / "junit.xml"
-    args = ["check", "--target", "mutant:count_inclusive_end", "--checks", "count", "--findings", str(tmp_path)]
+    args = [
+        "check",
+        "--target",
+        "mutant:count_inclusive_end",
+        "--checks",
+        "count",
+        "--findings",
+        str(tmp_path),
+    ]
     assert run(capsys, *args, "--json", str(report), "--junit", str(junit))[0] == 1
     data = json.loads(report.read_text())
     assert data["results"][0]["status"] == "failed"
@@ -82,5 +99,10 @@ def test_listings(capsys):
 
 
 def test_help_does_not_import_torch():
-    code = "import sys; from harness.cli import main\ntry: main(['--help'])\nexcept SystemExit: pass\nassert 'torch' not in sys.modules"
+    code = (
+        "import sys; from harness.cli import main\n"
+        "try: main(['--help'])\n"
+        "except SystemExit: pass\n"
+        "assert 'torch' not in sys.modules"
+    )
     subprocess.run([sys.executable, "-c", code], check=True, capture_output=True)
