@@ -1,0 +1,29 @@
+"""R6 on a real GPU: CPU and CUDA agree bit for bit (skipped where no CUDA device is visible).
+
+Run with ``tox -e gpu`` or ``pytest -m cuda tests/test_cuda.py`` on a machine with a GPU.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from harness.checks import all_checks
+from harness.runner import FAILED, PASSED, run_check
+from harness.targets.engine_model import EngineModel
+from harness.targets.reference import ReferenceTarget
+
+pytestmark = pytest.mark.cuda
+
+CHECKS = all_checks()
+
+
+@pytest.mark.parametrize("target", [ReferenceTarget(), EngineModel()], ids=["reference", "engine_model"])
+def test_cpu_equals_cuda(target):
+    result = run_check(CHECKS["device.cpu_equals_cuda"], target, profile="ci")
+    assert result.status == PASSED, result.reason
+
+
+@pytest.mark.parametrize("check_id", sorted(c for c in CHECKS if not CHECKS[c].needs_cuda))
+def test_every_check_holds_on_cuda(check_id):
+    result = run_check(CHECKS[check_id], ReferenceTarget(), profile="ci", device="cuda")
+    assert result.status != FAILED, result.reason
