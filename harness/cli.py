@@ -39,9 +39,7 @@ def _parser() -> argparse.ArgumentParser:
     check.add_argument("--seed", type=int, metavar="N")
     check.add_argument("--junit", metavar="FILE", help="write a JUnit XML report")
     check.add_argument("--json", metavar="FILE", help="write a JSON report")
-    check.add_argument(
-        "--baseline", metavar="FILE", help="a JSON report of known findings to tolerate"
-    )
+    check.add_argument("--baseline", metavar="FILE", help="a JSON report of known findings to tolerate")
     check.add_argument("--strict", action="store_true", help="hazards fail the run too")
     check.add_argument(
         "--findings",
@@ -131,9 +129,7 @@ def _selected_checks(groups: list[str] | None):
     try:
         return select(ids or None)
     except KeyError as error:
-        raise UsageError(
-            f"unknown check {error.args[0]!r}; `mmharness checks` lists them"
-        ) from None
+        raise UsageError(f"unknown check {error.args[0]!r}; `mmharness checks` lists them") from None
 
 
 def _baseline(path: str | None) -> set[tuple[str, str]]:
@@ -141,11 +137,7 @@ def _baseline(path: str | None) -> set[tuple[str, str]]:
         return set()
     try:
         data = json.loads(Path(path).read_text())
-        return {
-            (r["check"], r["device"])
-            for r in data["results"]
-            if r["status"] in ("failed", "hazard")
-        }
+        return {(r["check"], r["device"]) for r in data["results"] if r["status"] in ("failed", "hazard")}
     except (OSError, ValueError, KeyError, TypeError) as error:
         raise UsageError(f"--baseline {path}: not a report written by --json ({error})") from None
 
@@ -186,9 +178,7 @@ def _check(args: argparse.Namespace) -> int:
     if args.junit:
         report.write(args.junit, report.as_junit(results, args.target))
     failing = [
-        r
-        for r in results
-        if is_divergence(r, strict=args.strict) and (r.check.id, r.device) not in known
+        r for r in results if is_divergence(r, strict=args.strict) and (r.check.id, r.device) not in known
     ]
     return 1 if failing else 0
 
@@ -207,9 +197,7 @@ def _replay(args: argparse.Namespace) -> int:
             raise UsageError(f"{path}: {error}") from None
         check_id = document.provenance.get("check")
         if check_id not in checks:
-            raise UsageError(
-                f"{path}: names no known check ({check_id!r}); `mmharness checks` lists them"
-            )
+            raise UsageError(f"{path}: names no known check ({check_id!r}); `mmharness checks` lists them")
         spec = args.target or document.provenance.get("target", "reference")
         result = replay(checks[check_id], _target(spec), (document.case, document.params))
         result.saved = path
@@ -231,9 +219,7 @@ def _matrix(args: argparse.Namespace) -> int:
         shown = "could not load" if result is None else f"{result.check.id}: {result.status}"
         print(f"  {spec}: {shown}", file=sys.stderr, flush=True)
 
-    matrix = run_matrix(
-        args.targets, checks, args.profile, max_examples=args.max_examples, progress=progress
-    )
+    matrix = run_matrix(args.targets, checks, args.profile, max_examples=args.max_examples, progress=progress)
     print(render(matrix, color=report.use_color(sys.stdout), strict=args.strict))
     if args.json:
         report.write(args.json, json.dumps(matrix.as_json(strict=args.strict), indent=2) + "\n")
@@ -248,6 +234,8 @@ def _check_max_examples(value: int | None) -> None:
 def _targets(args: argparse.Namespace) -> int:
     if args.spec:
         for key, value in _target(args.spec).describe().items():
+            if isinstance(value, dict):
+                value = [f"{name}: {entry}" for name, entry in value.items()]
             if isinstance(value, (list, tuple, set, frozenset)):
                 print(f"{key}: ({len(value)})")
                 for entry in sorted(map(str, value)) if isinstance(value, (set, frozenset)) else value:

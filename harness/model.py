@@ -189,6 +189,4 @@ def _request_problems(path: str, request: Request) -> Iterator[CaseError]:
             )
         for g, row in enumerate(item.grid):
             if len(row) != 3 or any(n < 1 for n in row):
-                yield CaseError(
-                    f"{item_at}.grid[{g}]", f"expected three positive ints (t, h, w), got {row}"
-                )
+                yield CaseError(f"{item_at}.grid[{g}]", f"expected three positive ints (t, h, w), got {row}")

@@ -27,19 +27,13 @@ def span_positions(spans: tuple[Span, ...]) -> list[int]:
 
 def request_slots(request: Request) -> list[tuple[int, Row]]:
     """``(position, row)`` for every placeholder of the request, in item then span order."""
-    return [
-        (position, item.row(k))
-        for item in request.items
-        for k, position in enumerate(item.positions())
-    ]
+    return [(position, item.row(k)) for item in request.items for k, position in enumerate(item.positions())]
 
 
 # R1 ---------------------------------------------------------------------------
 
 
-def embedding_chunk(
-    spans: tuple[Span, ...], prefix_len: int, extend_len: int
-) -> tuple[list[int], int, int]:
+def embedding_chunk(spans: tuple[Span, ...], prefix_len: int, extend_len: int) -> tuple[list[int], int, int]:
     """R1: indices of the embedding rows inside the window, and ``(start, end)``.
 
     ``start`` and ``end`` count the placeholder positions before the window's

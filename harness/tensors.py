@@ -66,9 +66,7 @@ def request_embedding(case: Case, items: Sequence[Item]) -> torch.Tensor:
     """The concatenated embedding of a request's items, as R1 receives it."""
     torch = _torch()
     parts = [item_rows(case, item) for item in items]
-    flat = (
-        torch.cat(parts) if parts else torch.empty(0, case.hidden, dtype=getattr(torch, case.dtype))
-    )
+    flat = torch.cat(parts) if parts else torch.empty(0, case.hidden, dtype=getattr(torch, case.dtype))
     return shaped(flat.to(case.device), case)
 
 

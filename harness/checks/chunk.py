@@ -46,9 +46,7 @@ def matches_reference(target: Target, case: Case, params: dict) -> None:
     """Each request's chunk, start and end equal the reference's."""
     for r, request in enumerate(case.requests):
         if request.items:
-            expect_same(
-                case, f"requests[{r}] chunk", _chunk(REFERENCE, case, r), _chunk(target, case, r)
-            )
+            expect_same(case, f"requests[{r}] chunk", _chunk(REFERENCE, case, r), _chunk(target, case, r))
 
 
 @check("chunk.schedule_concat", rule="R1", family=METAMORPHIC, needs={CHUNK}, examples=scheduled)
@@ -58,9 +56,7 @@ def schedule_concat(target: Target, case: Case, params: dict) -> None:
 
     whole = _chunk(target, with_window(case, 0, 0, case.requests[0].seq_len), 0)
     if whole.raised:
-        raise Failure(
-            "whole-sequence chunk raised", expected="a tensor", actual=show_error(whole.error)
-        )
+        raise Failure("whole-sequence chunk raised", expected="a tensor", actual=show_error(whole.error))
     pieces, cursor = [], 0
     for prefix_len, extend_len in windows(params["schedule"]):
         piece = _chunk(target, with_window(case, 0, prefix_len, extend_len), 0)
@@ -125,8 +121,7 @@ def row_mismatch_accepted(target: Target, case: Case, params: dict) -> None:
     outcome = _chunk(target, case, r)
     if not outcome.raised:
         raise Hazard(
-            f"requests[{r}]: {next(problems(case))}; the chunk was served anyway"
-            " (rows of later items shift)",
+            f"requests[{r}]: {next(problems(case))}; the chunk was served anyway (rows of later items shift)",
             expected="a clear error",
             actual=describe(outcome.value[0]),
         )

@@ -50,9 +50,7 @@ def scheduled(device: str) -> SearchStrategy[Example]:
             lambda schedule: (case, {"schedule": list(schedule)})
         )
 
-    return mst.cases(min_requests=1, max_requests=1, min_items_total=1, device=device).flatmap(
-        add_schedule
-    )
+    return mst.cases(min_requests=1, max_requests=1, min_items_total=1, device=device).flatmap(add_schedule)
 
 
 def permuted(device: str, coverage: str) -> SearchStrategy[Example]:

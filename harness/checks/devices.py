@@ -7,7 +7,7 @@ from functools import partial
 
 from harness import tensors
 from harness.checks.common import plain
-from harness.checks.outcome import expect_same, observe
+from harness.checks.outcome import Outcome, expect_same, observe
 from harness.checks.prefill import run
 from harness.checks.registry import METAMORPHIC, check
 from harness.model import Case
@@ -47,16 +47,16 @@ def _results(target: Target, case: Case) -> list:
 def cpu_equals_cuda(target: Target, case: Case, params: dict) -> None:
     """Chunks, precomputed concat and encoder-path rows are bit-identical on CPU and CUDA."""
     on_cuda = replace(case, device="cuda")
-    for k, (cpu, cuda) in enumerate(zip(_results(target, case), _results(target, on_cuda), strict=True)):
-        expect_same(case, f"result {k} on cuda vs cpu", _on_cuda(cpu), cuda)
+    pairs = zip(_results(target, case), _results(target, on_cuda), strict=True)
+    for k, (cpu, cuda) in enumerate(pairs):
+        expect_same(case, f"result {k} on cuda vs cpu", _moved(cpu, "cuda"), cuda)
 
 
-def _on_cuda(outcome):
-    """The CPU outcome with its tensors moved to CUDA, so devices compare equal too."""
-    from harness.checks.outcome import Outcome
-
+def _moved(outcome: Outcome, device: str) -> Outcome:
+    """The outcome with its tensors moved, so that devices compare equal too."""
     if outcome.raised:
         return outcome
-    move = lambda v: v.to("cuda") if hasattr(v, "to") else v  # noqa: E731
     value = outcome.value
-    return Outcome(value=tuple(move(v) for v in value) if isinstance(value, tuple) else move(value))
+    if isinstance(value, tuple):
+        return Outcome(value=tuple(_moved(Outcome(value=v), device).value for v in value))
+    return Outcome(value=value.to(device) if hasattr(value, "to") else value)

@@ -30,9 +30,7 @@ def matches_reference(target: Target, case: Case, params: dict) -> None:
     """The mask marks exactly the placeholders and the rows, in mask order, are the reference's."""
     expected = observe(partial(reference.embedding_and_mask, case))
     encoder = Encoder(case)
-    actual = observe(
-        partial(target.embedding_and_mask, case, encoder, cache=target.new_cache(UNLIMITED))
-    )
+    actual = observe(partial(target.embedding_and_mask, case, encoder, cache=target.new_cache(UNLIMITED)))
     if expected.raised or actual.raised:
         expect_same(case, "embedding and mask", expected, actual)
         return

@@ -70,9 +70,7 @@ def describe(value: Any) -> str:
     if value is None:
         return "None"
     if hasattr(value, "shape"):
-        return (
-            f"tensor{list(value.shape)} {str(value.dtype).removeprefix('torch.')} on {value.device}"
-        )
+        return f"tensor{list(value.shape)} {str(value.dtype).removeprefix('torch.')} on {value.device}"
     return repr(value)
 
 
@@ -93,9 +91,7 @@ def expect_equal(case: Case, what: str, expected: Any, actual: Any) -> None:
     """Structural equality where tensors must match exactly: shape, dtype, device type, bits."""
     if isinstance(expected, (tuple, list)) and isinstance(actual, (tuple, list)):
         if len(expected) != len(actual):
-            raise Failure(
-                f"{what}: lengths differ", expected=str(len(expected)), actual=str(len(actual))
-            )
+            raise Failure(f"{what}: lengths differ", expected=str(len(expected)), actual=str(len(actual)))
         for k, (e, a) in enumerate(zip(expected, actual, strict=True)):
             expect_equal(case, f"{what}[{k}]", e, a)
         return

@@ -33,9 +33,7 @@ def _precomputed(target: Target, case: Case) -> Outcome:
 )
 def matches_reference(target: Target, case: Case, params: dict) -> None:
     """The batch's precomputed rows, ``None`` fallback or partial-coverage error equal the reference's."""
-    expect_same(
-        case, "precomputed embedding", _precomputed(REFERENCE, case), _precomputed(target, case)
-    )
+    expect_same(case, "precomputed embedding", _precomputed(REFERENCE, case), _precomputed(target, case))
 
 
 @check(

@@ -52,9 +52,7 @@ def run(
     return observe(call), encoder
 
 
-@check(
-    "prefill.matches_reference", rule="R3", family=DIFFERENTIAL, needs={PREFILL}, examples=_cases
-)
+@check("prefill.matches_reference", rule="R3", family=DIFFERENTIAL, needs={PREFILL}, examples=_cases)
 def matches_reference(target: Target, case: Case, params: dict) -> None:
     """The encoder path's rows equal the reference's, including under hash collisions."""
     expect_same(case, "chunked prefill embedding", run(REFERENCE, case)[0], run(target, case)[0])
@@ -65,9 +63,7 @@ def encoder_calls(target: Target, case: Case, params: dict) -> None:
     """Only items inside a window are encoded, each ``(hash, token count)`` at most once per batch."""
     outcome, encoder = run(target, case)
     if outcome.raised:
-        raise Failure(
-            "chunked prefill raised", expected="a tensor or None", actual=show_error(outcome.error)
-        )
+        raise Failure("chunked prefill raised", expected="a tensor or None", actual=show_error(outcome.error))
     allowed = reference.items_in_windows(case)
     outside = [key for key in encoder.encoded if key not in allowed]
     if outside:
@@ -109,18 +105,14 @@ def cache_independent(target: Target, case: Case, params: dict) -> None:
         cache = target.new_cache(size)
         run(target, _whole_windows(case), cache=cache)
         run(target, case, cache=cache)
-        expect_same(
-            case, f"{name} cache (size {size}) vs cold", cold, run(target, case, cache=cache)[0]
-        )
+        expect_same(case, f"{name} cache (size {size}) vs cold", cold, run(target, case, cache=cache)[0])
 
 
 @check("prefill.path_independent", rule="R3", family=METAMORPHIC, needs={PREFILL}, examples=_cases)
 def path_independent(target: Target, case: Case, params: dict) -> None:
     """The per-request path and a list-per-item encoder give the batched tensor-encoder result."""
     batched = run(target, case)[0]
-    expect_same(
-        case, "list-form encoder vs tensor-form", batched, run(target, case, form="list")[0]
-    )
+    expect_same(case, "list-form encoder vs tensor-form", batched, run(target, case, form="list")[0])
     if PER_REQUEST_PATH in target.capabilities:
         for form in ("tensor", "list"):
             expect_same(
@@ -131,9 +123,7 @@ def path_independent(target: Target, case: Case, params: dict) -> None:
             )
 
 
-@check(
-    "prefill.schedule_concat", rule="R3", family=METAMORPHIC, needs={PREFILL}, examples=scheduled
-)
+@check("prefill.schedule_concat", rule="R3", family=METAMORPHIC, needs={PREFILL}, examples=scheduled)
 def schedule_concat(target: Target, case: Case, params: dict) -> None:
     """Prefilling chunk by chunk on one cache gives, concatenated, the single-chunk result."""
     import torch

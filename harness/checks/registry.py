@@ -70,7 +70,7 @@ def check(
             frozenset(needs),
             examples,
             prop,
-            (prop.__doc__ or "").strip().splitlines()[0],
+            (prop.__doc__ or "").strip().splitlines()[0].replace("``", ""),
             needs_cuda,
         )
         return prop
@@ -95,9 +95,7 @@ def select(ids: list[str] | None) -> list[Check]:
     chosen: dict[str, Check] = {}
     for wanted in ids:
         matches = [
-            c
-            for c in known.values()
-            if wanted in (c.id, c.family, c.rule) or c.id.startswith(wanted + ".")
+            c for c in known.values() if wanted in (c.id, c.family, c.rule) or c.id.startswith(wanted + ".")
         ]
         if not matches:
             raise KeyError(wanted)

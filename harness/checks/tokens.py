@@ -40,9 +40,7 @@ def count_matches_reference(target: Target, case: Case, params: dict) -> None:
 
     input_ids, placeholders = tensors.input_ids(case)
     in_mask = int(torch.isin(input_ids, placeholders).sum())
-    expect_equal(
-        case, "reference count vs input_ids placeholders", reference.count_mm_tokens(case), in_mask
-    )
+    expect_equal(case, "reference count vs input_ids placeholders", reference.count_mm_tokens(case), in_mask)
     expect_same(
         case,
         "MM tokens in extend",
@@ -65,9 +63,7 @@ def _adjust(target: Target, case: Case, params: dict):
 )
 def adjust_matches_reference(target: Target, case: Case, params: dict) -> None:
     """Extra rows are cut from the front (keep the last n); too few raise "Insufficient ..."."""
-    expect_same(
-        case, "adjusted embedding", _adjust(REFERENCE, case, params), _adjust(target, case, params)
-    )
+    expect_same(case, "adjusted embedding", _adjust(REFERENCE, case, params), _adjust(target, case, params))
 
 
 @check("adjust.zero_keeps_all", rule="R4", family=HAZARD, needs={ADJUST}, examples=_lengths(0, 0))
