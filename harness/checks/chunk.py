@@ -19,12 +19,18 @@ from harness.checks.outcome import (
 from harness.checks.registry import DIFFERENTIAL, HAZARD, METAMORPHIC, ROBUSTNESS, check
 from harness.model import Case, problems
 from harness.targets.base import CHUNK, Target
+from strategies import MALFORMED_KINDS
 
 
 def _cases(device: str):
     import strategies as mst
 
     return plain(mst.cases(min_items_total=1, device=device))
+
+
+ROW_MISMATCH = "row_mismatch"
+SPAN_AND_WINDOW_KINDS = tuple(kind for kind in MALFORMED_KINDS if kind != ROW_MISMATCH)
+"""The malformed kinds an engine must refuse; a row mismatch is only a hazard (DESIGN §3)."""
 
 
 def _malformed(kinds: tuple[str, ...]):
@@ -85,16 +91,7 @@ def _bad_request(case: Case) -> int:
     rule="R1",
     family=ROBUSTNESS,
     needs={CHUNK},
-    examples=_malformed(
-        (
-            "unsorted",
-            "overlapping",
-            "out_of_range",
-            "reversed",
-            "negative_length",
-            "window_past_end",
-        )
-    ),
+    examples=_malformed(SPAN_AND_WINDOW_KINDS),
 )
 def rejects_malformed(target: Target, case: Case, params: dict) -> None:
     """Malformed spans or windows give a clear error, never a tensor."""
@@ -113,7 +110,7 @@ def rejects_malformed(target: Target, case: Case, params: dict) -> None:
     rule="R1",
     family=HAZARD,
     needs={CHUNK},
-    examples=_malformed(("row_mismatch",)),
+    examples=_malformed((ROW_MISMATCH,)),
 )
 def row_mismatch_accepted(target: Target, case: Case, params: dict) -> None:
     """An embedding whose row count differs from its span length is refused, not silently shifted."""
