@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 USAGE_ERROR = 2
+INTERRUPTED = 130
 
 
 class UsageError(Exception):
@@ -75,18 +76,55 @@ def _parser() -> argparse.ArgumentParser:
     fuzz = sub.add_parser(
         "fuzz",
         help="fuzz a parser with atheris (libFuzzer arguments after --)",
-        usage="mmharness fuzz PARSER [--corpus DIR] [-- LIBFUZZER_ARGS...]",
+        usage=(
+            "mmharness fuzz PARSER [--target SPEC] [--corpus DIR] [--baseline FILE] [--strict]"
+            " [--findings DIR] [--describe] [-- LIBFUZZER_ARGS...]"
+        ),
     )
     fuzz.add_argument("parser", choices=sorted(FUZZ_PARSERS))
+    fuzz.add_argument(
+        "--target",
+        metavar="SPEC",
+        help="engine parsers: sglang==X or a path to a release (default: sglang==0.5.23);"
+        " case-parser ignores it",
+    )
     fuzz.add_argument(
         "--corpus",
         metavar="DIR",
         help="seed inputs (default: corpus/PARSER when it exists); new inputs go to a scratch dir",
     )
+    fuzz.add_argument(
+        "--baseline",
+        metavar="FILE",
+        help="known findings (e.g. corpus/fuzz-baseline.json): reported once, not fatal",
+    )
+    fuzz.add_argument(
+        "--strict",
+        action="store_true",
+        help="engine parsers: a ValueError/TypeError that Python raised inside the parser is a finding too",
+    )
+    fuzz.add_argument(
+        "--findings",
+        metavar="DIR",
+        help="where findings and libFuzzer's crash files go (default: ./findings or $MMHARNESS_FINDINGS)",
+    )
+    fuzz.add_argument(
+        "--describe",
+        action="store_true",
+        help="engine parsers: show the loaded release, files, functions and stubs, then exit",
+    )
     return parser
 
 
-FUZZ_PARSERS = {"case-parser": "harness.fuzz.case_parser"}
+CASE_PARSER = "case-parser"
+ENGINE_FUZZERS = "harness.fuzz.sglang_parsers"
+FUZZ_PARSERS = {
+    CASE_PARSER: "harness.fuzz.case_parser",
+    "sglang-image-data": ENGINE_FUZZERS,
+    "sglang-mm-data": ENGINE_FUZZERS,
+    "sglang-mm-items": ENGINE_FUZZERS,
+}
+"""Fuzz target name -> the module holding its entry point (the engine ones share one module)."""
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -110,6 +148,9 @@ def main(argv: list[str] | None = None) -> int:
     except UsageError as error:
         print(f"mmharness: error: {error}", file=sys.stderr)
         return USAGE_ERROR
+    except BrokenPipeError:  # `mmharness ... | head`: the reader left, which is not an error
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
 
 
 def _target(spec: str):
@@ -126,20 +167,43 @@ def _selected_checks(groups: list[str] | None):
     from harness.checks import select
 
     ids = [part.strip() for group in groups or [] for part in group.split(",") if part.strip()]
+    if groups is not None and not ids:
+        raise UsageError("--checks names no check; `mmharness checks` lists them")
     try:
         return select(ids or None)
     except KeyError as error:
         raise UsageError(f"unknown check {error.args[0]!r}; `mmharness checks` lists them") from None
 
 
-def _baseline(path: str | None) -> set[tuple[str, str]]:
+def _baseline(path: str | None, target: str) -> set[tuple[str, str]]:
+    """(check, device) of the findings a --json report of the same target recorded."""
     if path is None:
         return set()
     try:
         data = json.loads(Path(path).read_text())
-        return {(r["check"], r["device"]) for r in data["results"] if r["status"] in ("failed", "hazard")}
+        known = {(r["check"], r["device"]) for r in data["results"] if r["status"] in ("failed", "hazard")}
+        recorded = data["target"]
     except (OSError, ValueError, KeyError, TypeError) as error:
         raise UsageError(f"--baseline {path}: not a report written by --json ({error})") from None
+    if recorded != target:
+        raise UsageError(f"--baseline {path}: recorded for target {recorded!r}, not {target!r}")
+    return known
+
+
+def _writable(option: str, path: str | None, *, directory: bool = False) -> None:
+    """Refuse an output path before any check runs, not after all of them."""
+    if path is None:
+        return
+    where = Path(path)
+    try:
+        if directory:
+            where.mkdir(parents=True, exist_ok=True)
+        else:
+            if where.is_dir():
+                raise IsADirectoryError(f"{path} is a directory")
+            where.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        raise UsageError(f"{option} {path}: cannot write there ({error})") from None
 
 
 def _check(args: argparse.Namespace) -> int:
@@ -148,35 +212,46 @@ def _check(args: argparse.Namespace) -> int:
 
     target = _target(args.target)
     checks = _selected_checks(args.checks)
-    known = _baseline(args.baseline)
+    known = _baseline(args.baseline, args.target)
     _check_max_examples(args.max_examples)
+    _writable("--findings", args.findings, directory=True)
+    _writable("--json", args.json)
+    _writable("--junit", args.junit)
     devices = ["cpu", "cuda"] if args.device == "all" else [args.device]
     if args.device == "cuda" and not cuda_available():
         raise UsageError("--device cuda: no CUDA device is visible (try --device cpu)")
     color = report.use_color(sys.stdout)
     results = []
-    for device in devices:
-        for check in checks:
-            result = run_check(
-                check,
-                target,
-                profile=args.profile,
-                device=device,
-                max_examples=args.max_examples,
-                seed=args.seed,
-            )
-            if result.status in (FAILED, HAZARD):
-                result.saved = report.save(result, args.target, Path(args.findings))
-            results.append(result)
-            print(report.result_line(result, color=color), flush=True)
+    interrupted = False
+    try:
+        for device in devices:
+            for check in checks:
+                result = run_check(
+                    check,
+                    target,
+                    profile=args.profile,
+                    device=device,
+                    max_examples=args.max_examples,
+                    seed=args.seed,
+                )
+                if result.status in (FAILED, HAZARD) and result.example:
+                    result.saved = report.save(result, args.target, Path(args.findings))
+                results.append(result)
+                print(report.result_line(result, color=color), flush=True)
+    except KeyboardInterrupt:  # report what ran; the findings are already saved
+        interrupted = True
+        print("\ninterrupted: reporting the checks that finished", flush=True)
     for result in results:
         if result.status in (FAILED, HAZARD):
             print("\n" + report.failure_details(result, args.target))
     print("\n" + report.summary(results))
     if args.json:
-        report.write(args.json, json.dumps(report.as_json(results, args.target), indent=2) + "\n")
+        data = report.as_json(results, args.target, strict=args.strict)
+        report.write(args.json, json.dumps(data, indent=2) + "\n")
     if args.junit:
-        report.write(args.junit, report.as_junit(results, args.target))
+        report.write(args.junit, report.as_junit(results, args.target, strict=args.strict))
+    if interrupted:
+        return INTERRUPTED
     failing = [
         r for r in results if is_divergence(r, strict=args.strict) and (r.check.id, r.device) not in known
     ]
@@ -186,6 +261,7 @@ def _check(args: argparse.Namespace) -> int:
 def _replay(args: argparse.Namespace) -> int:
     from harness import payload, report
     from harness.checks import all_checks
+    from harness.checks.common import params_problem
     from harness.runner import is_divergence, replay
 
     checks = all_checks()
@@ -198,6 +274,9 @@ def _replay(args: argparse.Namespace) -> int:
         check_id = document.provenance.get("check")
         if check_id not in checks:
             raise UsageError(f"{path}: names no known check ({check_id!r}); `mmharness checks` lists them")
+        problem = params_problem(checks[check_id], document.case, document.params)
+        if problem:
+            raise UsageError(f"{path}: {problem}")
         spec = args.target or document.provenance.get("target", "reference")
         result = replay(checks[check_id], _target(spec), (document.case, document.params))
         result.saved = path
@@ -214,6 +293,7 @@ def _matrix(args: argparse.Namespace) -> int:
 
     checks = _selected_checks(args.checks)
     _check_max_examples(args.max_examples)
+    _writable("--json", args.json)
 
     def progress(spec: str, result) -> None:
         shown = "could not load" if result is None else f"{result.check.id}: {result.status}"
@@ -223,7 +303,10 @@ def _matrix(args: argparse.Namespace) -> int:
     print(render(matrix, color=report.use_color(sys.stdout), strict=args.strict))
     if args.json:
         report.write(args.json, json.dumps(matrix.as_json(strict=args.strict), indent=2) + "\n")
-    return 0
+    if matrix.target_errors:
+        return USAGE_ERROR
+    failing = any(matrix.first_failing(check.id, strict=args.strict) for check in checks)
+    return 1 if failing else 0
 
 
 def _check_max_examples(value: int | None) -> None:
@@ -233,21 +316,25 @@ def _check_max_examples(value: int | None) -> None:
 
 def _targets(args: argparse.Namespace) -> int:
     if args.spec:
-        for key, value in _target(args.spec).describe().items():
-            if isinstance(value, dict):
-                value = [f"{name}: {entry}" for name, entry in value.items()]
-            if isinstance(value, (list, tuple, set, frozenset)):
-                print(f"{key}: ({len(value)})")
-                for entry in sorted(map(str, value)) if isinstance(value, (set, frozenset)) else value:
-                    print(f"  {entry}")
-            else:
-                print(f"{key}: {value}")
+        _print_description(_target(args.spec).describe())
         return 0
     from harness.targets.specs import listing
 
     for spec, description in listing():
         print(f"{spec:<40} {description}")
     return 0
+
+
+def _print_description(description: dict) -> None:
+    for key, value in description.items():
+        if isinstance(value, dict):
+            value = [f"{name}: {entry}" for name, entry in value.items()]
+        if isinstance(value, (list, tuple, set, frozenset)):
+            print(f"{key}: ({len(value)})")
+            for entry in sorted(map(str, value)) if isinstance(value, (set, frozenset)) else value:
+                print(f"  {entry}")
+        else:
+            print(f"{key}: {value}")
 
 
 def _checks(args: argparse.Namespace) -> int:
@@ -263,6 +350,26 @@ def _fuzz(args: argparse.Namespace) -> int:
     import importlib
     import tempfile
 
+    from harness.fuzz import FINDINGS_ENV, Baseline, findings_dir
+    from harness.targets.base import TargetError
+
+    engine = args.parser != CASE_PARSER
+    if args.findings:
+        os.environ[FINDINGS_ENV] = args.findings
+    try:
+        baseline = Baseline.load(args.baseline) if args.baseline else None
+    except ValueError as error:
+        raise UsageError(f"--baseline {error}") from None
+    module = importlib.import_module(FUZZ_PARSERS[args.parser])
+    target = args.target or (module.DEFAULT_TARGET if engine else None)
+    if args.describe:
+        if not engine:
+            raise UsageError("--describe shows an engine parser's target; case-parser has none")
+        try:
+            _print_description(module.describe(args.parser, target))
+        except TargetError as error:
+            raise UsageError(str(error)) from None
+        return 0
     try:
         import atheris  # noqa: F401
     except ImportError:
@@ -272,8 +379,25 @@ def _fuzz(args: argparse.Namespace) -> int:
         raise UsageError(f"--corpus {seeds}: not a directory")
     scratch = tempfile.mkdtemp(prefix=f"mmharness-{args.parser}-")
     dirs = [scratch, *([seeds] if Path(seeds).is_dir() else [])]
-    module = importlib.import_module(FUZZ_PARSERS[args.parser])
-    module.main([f"mmharness-fuzz-{args.parser}", *args.passthrough, *dirs])
+    libfuzzer = list(args.passthrough)
+    if not any(arg.startswith("-artifact_prefix=") for arg in libfuzzer):
+        findings_dir().mkdir(parents=True, exist_ok=True)
+        libfuzzer.insert(0, f"-artifact_prefix={findings_dir()}{os.sep}")
+    argv = [f"mmharness-fuzz-{args.parser}", *libfuzzer, *dirs]
+    if not engine:
+        module.main(argv, baseline=baseline)
+        return 0
+    try:
+        module.main(
+            argv,
+            parser=args.parser,
+            target=target,
+            baseline=baseline,
+            strict=args.strict,
+            scratch=Path(scratch),
+        )
+    except TargetError as error:
+        raise UsageError(str(error)) from None
     return 0
 
 

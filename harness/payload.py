@@ -375,7 +375,8 @@ def _request(value: object, path: str, context: _Context) -> Request:
     seq_len = _length(obj["seq_len"], path, "seq_len")
     prefix_len = _length(obj["prefix_len"], path, "prefix_len")
     extend_len = _length(obj["extend_len"], path, "extend_len")
-    context.charge_tokens(path, max(0, seq_len, prefix_len + extend_len))
+    # The sequence and the window are both walked, whatever the signs (a malformed case).
+    context.charge_tokens(path, max(0, seq_len) + max(0, extend_len))
     items = _get(obj, path, "items", _REQUEST_DEFAULTS["items"], _array, MAX_ITEMS)
     return Request(
         seq_len=seq_len,

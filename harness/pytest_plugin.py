@@ -15,12 +15,8 @@ HYPOTHESIS_PROFILES = {"mm-ci": True, "mm-dev": False}
 def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("mmharness")
     group.addoption("--mm-target", default="reference", help="target spec the checks run against")
-    group.addoption(
-        "--mm-device", default="cpu", choices=("cpu", "cuda"), help="device of the cases"
-    )
-    group.addoption(
-        "--mm-profile", default="ci", choices=("ci", "dev", "deep"), help="check budget profile"
-    )
+    group.addoption("--mm-device", default="cpu", choices=("cpu", "cuda"), help="device of the cases")
+    group.addoption("--mm-profile", default="ci", choices=("ci", "dev", "deep"), help="check budget profile")
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -28,6 +24,8 @@ def pytest_configure(config: pytest.Config) -> None:
 
     for name, derandomize in HYPOTHESIS_PROFILES.items():
         settings.register_profile(name, derandomize=derandomize, deadline=None, database=None)
+    if not config.getoption("hypothesis_profile", default=None):
+        settings.load_profile("mm-ci" if config.getoption("--mm-profile") == "ci" else "mm-dev")
     config.addinivalue_line("markers", "cuda: needs a CUDA device (skipped without one)")
 
 

@@ -95,6 +95,12 @@ def items_in_windows(case: Case) -> set[tuple[int, int]]:
     }
 
 
+def has_collision(case: Case) -> bool:
+    """Whether two items inside windows share a hash but not a token count (R3's adversarial case)."""
+    keys = items_in_windows(case)
+    return len({h for h, _ in keys}) < len(keys)
+
+
 # R3e --------------------------------------------------------------------------
 
 

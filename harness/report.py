@@ -3,10 +3,8 @@
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 import shlex
-import sys
 from pathlib import Path
 from typing import TextIO
 from xml.etree import ElementTree
@@ -62,7 +60,6 @@ def failure_details(result: Result, target_spec: str) -> str:
     """Everything a maintainer needs to see a failure and reproduce it with one command."""
     from harness import payload
 
-    case, params = result.example
     failure = result.failure
     lines = [
         f"--- {_LABELS[result.status]} {result.check.id} (rule {result.check.rule}) on {target_spec}",
@@ -70,9 +67,11 @@ def failure_details(result: Result, target_spec: str) -> str:
         f"    {failure.message}",
         f"    expected: {failure.expected}",
         f"    actual:   {failure.actual}",
-        "    shrunk case:",
-        *("      " + line for line in payload.dumps(case, params=params).splitlines()),
     ]
+    if result.example:
+        case, params = result.example
+        lines.append("    shrunk case:")
+        lines += ("      " + line for line in payload.dumps(case, params=params).splitlines())
     if result.saved:
         lines += [
             f"    saved to: {result.saved}",
@@ -89,10 +88,11 @@ def summary(results: list[Result]) -> str:
     )
 
 
-def as_json(results: list[Result], target_spec: str) -> dict:
+def as_json(results: list[Result], target_spec: str, *, strict: bool = False) -> dict:
     return {
         "format": "mmharness.report/1",
         "target": target_spec,
+        "strict": strict,
         "results": [
             {
                 "check": r.check.id,
@@ -112,13 +112,14 @@ def as_json(results: list[Result], target_spec: str) -> dict:
     }
 
 
-def as_junit(results: list[Result], target_spec: str) -> str:
-    """JUnit XML: one testcase per check; hazards are reported as passing with a system-out note."""
+def as_junit(results: list[Result], target_spec: str, *, strict: bool = False) -> str:
+    """JUnit XML: one testcase per check; hazards pass with a system-out note, or fail under strict."""
+    failing = (FAILED, HAZARD) if strict else (FAILED,)
     suite = ElementTree.Element(
         "testsuite",
         name=f"mmharness[{target_spec}]",
         tests=str(len(results)),
-        failures=str(sum(r.status == FAILED for r in results)),
+        failures=str(sum(r.status in failing for r in results)),
         skipped=str(sum(r.status == SKIPPED for r in results)),
     )
     for r in results:
@@ -128,7 +129,7 @@ def as_junit(results: list[Result], target_spec: str) -> str:
             classname=f"mmharness.{r.check.rule}",
             name=f"{r.check.id}[{r.device}]",
         )
-        if r.status == FAILED:
+        if r.status in failing:
             node = ElementTree.SubElement(case, "failure", message=r.reason)
             node.text = failure_details(r, target_spec)
         elif r.status == SKIPPED:
@@ -141,8 +142,3 @@ def as_junit(results: list[Result], target_spec: str) -> str:
 def write(path: str, text: str) -> None:
     Path(path).parent.mkdir(parents=True, exist_ok=True)
     Path(path).write_text(text)
-
-
-def print_json(data: dict, stream: TextIO = sys.stdout) -> None:
-    json.dump(data, stream, indent=2)
-    stream.write("\n")

@@ -79,12 +79,9 @@ def run_check(
     seed: int | None = None,
 ) -> Result:
     """Run one check to its first (shrunk) failure or its example budget."""
-    missing = check.needs - target.capabilities
-    if missing:
-        reason = f"{target.name} lacks {', '.join(sorted(missing))}"
+    reason = skip_reason(check, target, device)
+    if reason:
         return Result(check, SKIPPED, device, reason=reason)
-    if (check.needs_cuda or device == "cuda") and not cuda_available():
-        return Result(check, SKIPPED, device, reason="no CUDA device")
 
     from hypothesis import HealthCheck, Verbosity, given, settings
     from hypothesis import seed as fixed_seed
@@ -119,21 +116,43 @@ def run_check(
         prop()
     except Failure:
         example, failure = tally.last
-        return Result(
-            check,
-            HAZARD if isinstance(failure, Hazard) else FAILED,
-            device,
-            reason=failure.message,
-            example=example,
-            failure=failure,
-            examples_run=tally.count,
-            first_failure_at=tally.first_failure_at,
+    except Exception as error:  # Hypothesis gave up: a flaky target, a health check, no examples
+        example = tally.last[0] if tally.last else None
+        summary = str(error).strip().splitlines()[0] if str(error).strip() else ""
+        failure = Failure(
+            f"the check could not finish: {type(error).__name__}: {summary}",
+            expected="the same outcome every time an example runs",
+            actual=f"{type(error).__name__} from Hypothesis",
         )
-    return Result(check, PASSED, device, examples_run=tally.count)
+    else:
+        return Result(check, PASSED, device, examples_run=tally.count)
+    return Result(
+        check,
+        HAZARD if isinstance(failure, Hazard) else FAILED,
+        device,
+        reason=failure.message,
+        example=example,
+        failure=failure,
+        examples_run=tally.count,
+        first_failure_at=tally.first_failure_at,
+    )
+
+
+def skip_reason(check: Check, target: Target, device: str) -> str | None:
+    """Why the check cannot run here (a missing capability, no CUDA), or ``None``."""
+    missing = check.needs - target.capabilities
+    if missing:
+        return f"{target.name} lacks {', '.join(sorted(missing))}"
+    if (check.needs_cuda or device == "cuda") and not cuda_available():
+        return "no CUDA device"
+    return None
 
 
 def replay(check: Check, target: Target, example: Example) -> Result:
     """Run one saved example once, as ``mmharness replay`` does."""
+    reason = skip_reason(check, target, example[0].device)
+    if reason:
+        return Result(check, SKIPPED, example[0].device, reason=reason, example=example)
     try:
         run_example(check, target, example)
     except Failure as failure:

@@ -106,3 +106,31 @@ def test_help_does_not_import_torch():
         "assert 'torch' not in sys.modules"
     )
     subprocess.run([sys.executable, "-c", code], check=True, capture_output=True)
+
+
+def test_replay_refuses_bad_params_in_one_line(capsys, tmp_path):
+    case = tmp_path / "bad.json"
+    case.write_text(
+        '{"format": "mmharness.case/1", "check": "prefill.permutation", "params": {"permutation": [0, 7]},'
+        ' "requests": [{"seq_len": 1, "prefix_len": 0, "extend_len": 1}, {"seq_len": 1, "prefix_len": 0,'
+        ' "extend_len": 1}]}'
+    )
+    code, _, err = run(capsys, "replay", str(case))
+    assert code == 2 and "params.permutation is not a permutation" in err and err.count("\n") == 1
+
+
+def test_unloadable_adapter_and_unwritable_outputs_are_usage_errors(capsys, tmp_path, monkeypatch):
+    (tmp_path / "broken_adapter.py").write_text("raise RuntimeError('no GPU here')\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    code, _, err = run(capsys, "check", "--target", "broken_adapter:Target")
+    assert code == 2 and "RuntimeError: no GPU here" in err
+    code, _, err = run(capsys, "check", "--json", str(tmp_path), "--checks", "R1")
+    assert code == 2 and err.startswith(f"mmharness: error: --json {tmp_path}")
+
+
+def test_baseline_of_another_target_is_refused(capsys, tmp_path):
+    report = tmp_path / "report.json"
+    args = ["check", "--checks", "count", "--findings", str(tmp_path)]
+    assert run(capsys, *args, "--target", "mutant:count_inclusive_end", "--json", str(report))[0] == 1
+    code, _, err = run(capsys, *args, "--target", "mutant:chunk_end_inclusive", "--baseline", str(report))
+    assert code == 2 and "recorded for target 'mutant:count_inclusive_end'" in err

@@ -358,7 +358,6 @@ WITNESSES: dict[str, Witness] = {
     "chunk_first_span_only": chunk(batch(request(8, 0, 8, VIDEO_ITEM))),
     "chunk_nonempty_at_zero_extend": chunk(batch(request(10, 0, 0, item((2, 5))))),
     "skip_span_validation": chunk(MALFORMED["unsorted"]),
-    "skip_window_validation": chunk(MALFORMED["window_past_end"]),
     "skip_row_validation": chunk(MALFORMED["row_mismatch"]),
     # R2
     "precomputed_request_order": precomputed_rows(precomputed(TWO_ITEMS_TWO_HASHES)),

@@ -72,3 +72,19 @@ def test_mutant_is_killed(name, record_property):
     assert result.killed_by, f"mutant {name} survived every check"
     record_property("examples_to_kill", result.examples)
     record_property("killed_by", ",".join(result.killed_by))
+
+
+class _Flaky(EngineModel):
+    """Right on every call but the first: what a target with leaking global state looks like."""
+
+    calls = 0
+
+    def count_mm_tokens(self, case):
+        _Flaky.calls += 1
+        return super().count_mm_tokens(case) + (1 if _Flaky.calls == 1 else 0)
+
+
+def test_a_flaky_target_is_a_failure_not_a_crash():
+    result = run_check(CHECKS["count.matches_reference"], _Flaky(), profile="ci")
+    assert result.status == FAILED
+    assert result.reason.startswith("the check could not finish: Flaky")

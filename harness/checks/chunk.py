@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from functools import partial
 
-from harness import tensors
+from harness import reference, tensors
 from harness.checks.common import REFERENCE, plain, scheduled, windows, with_window
 from harness.checks.outcome import (
     Failure,
@@ -55,7 +55,14 @@ def matches_reference(target: Target, case: Case, params: dict) -> None:
             expect_same(case, f"requests[{r}] chunk", _chunk(REFERENCE, case, r), _chunk(target, case, r))
 
 
-@check("chunk.schedule_concat", rule="R1", family=METAMORPHIC, needs={CHUNK}, examples=scheduled)
+@check(
+    "chunk.schedule_concat",
+    rule="R1",
+    family=METAMORPHIC,
+    needs={CHUNK},
+    examples=scheduled,
+    params=("schedule",),
+)
 def schedule_concat(target: Target, case: Case, params: dict) -> None:
     """Chunks over any prefill schedule concatenate to the whole-sequence chunk, starts meeting ends."""
     import torch
@@ -94,15 +101,46 @@ def _bad_request(case: Case) -> int:
     examples=_malformed(SPAN_AND_WINDOW_KINDS),
 )
 def rejects_malformed(target: Target, case: Case, params: dict) -> None:
-    """Malformed spans or windows give a clear error, never a tensor."""
+    """Malformed spans or windows give a clear error or exactly the rows at the window's positions.
+
+    R1 never sees ``seq_len``, and an empty or negative window has an obvious
+    answer; what must not happen is a tensor that is not the rows whose
+    positions lie in the window (unsorted or overlapping spans silently shifted).
+    """
     r = _bad_request(case)
     outcome = _chunk(target, case, r)
-    if not (outcome.raised and is_clear_error(outcome.error)):
-        raise Failure(
-            f"malformed requests[{r}] was not refused: {next(problems(case))}",
-            expected="ValueError/RuntimeError with a message",
-            actual=show_error(outcome.error) if outcome.raised else describe(outcome.value[0]),
-        )
+    if outcome.raised and is_clear_error(outcome.error):
+        return
+    walked = _walked_chunk(case, r)
+    shown = "no tensor" if walked is None else _show_chunk(case, walked)
+    if not outcome.raised and walked is not None:
+        try:
+            expect_equal(case, f"requests[{r}] chunk", walked, outcome.value)
+            return
+        except Failure:
+            pass
+    raise Failure(
+        f"malformed requests[{r}] ({next(problems(case))}) was served a chunk that is not its window's rows",
+        expected=f"a clear ValueError/RuntimeError, or {shown}",
+        actual=show_error(outcome.error) if outcome.raised else _show_chunk(case, outcome.value),
+    )
+
+
+def _show_chunk(case: Case, chunk: tuple) -> str:
+    rows, start, end = chunk
+    return f"{describe(rows)}{tensors.explain_rows(case, rows)}, start {start}, end {end}"
+
+
+def _walked_chunk(case: Case, r: int):
+    """The rows whose positions lie in the window, walking the spans as given; ``None`` if undefined."""
+    request = case.requests[r]
+    flat = tensors.request_embedding(case, request.items)
+    flat = flat.reshape(-1, flat.shape[-1])
+    spans = tuple(span for item in request.items for span in item.spans)
+    inside, start, end = reference.embedding_chunk(spans, request.prefix_len, request.extend_len)
+    if len(reference.span_positions(spans)) != flat.shape[0]:
+        return None
+    return flat[inside], start, end
 
 
 @check(

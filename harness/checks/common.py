@@ -13,7 +13,7 @@ from harness.targets.reference import ReferenceTarget
 if TYPE_CHECKING:
     from hypothesis.strategies import SearchStrategy
 
-    from harness.checks.registry import Example
+    from harness.checks.registry import Check, Example
 
 REFERENCE = ReferenceTarget()
 
@@ -94,3 +94,28 @@ def blocks_in_order(call: Callable[[Case], Outcome], case: Case, order: list[int
         if one.value is not None:
             blocks.append(one.value.reshape(-1, one.value.shape[-1]))
     return Outcome(value=torch.cat(blocks) if blocks else None)
+
+
+MAX_PARAM_ROWS = 4096
+
+
+def params_problem(check: Check, case: Case, params: dict) -> str | None:
+    """What is wrong with a saved example's params for this check, or ``None``.
+
+    Replayed files are user input: a bad schedule must be a one-line error, not
+    an ``IndexError`` that reads like a target bug.
+    """
+    missing = [key for key in check.params if key not in params]
+    if missing:
+        return f"params lacks {', '.join(missing)} (check {check.id} needs {', '.join(check.params)})"
+    if "permutation" in params and sorted(params["permutation"]) != list(range(len(case.requests))):
+        return f"params.permutation is not a permutation of the {len(case.requests)} requests"
+    if "schedule" in params:
+        schedule = params["schedule"]
+        seq_len = case.requests[0].seq_len if case.requests else None
+        if seq_len is None or any(n < 1 for n in schedule) or sum(schedule) != seq_len:
+            return f"params.schedule must be positive chunk lengths summing to seq_len {seq_len}"
+    for key in ("rows", "wanted"):
+        if key in params and not 0 <= params[key] <= MAX_PARAM_ROWS:
+            return f"params.{key} must be in [0, {MAX_PARAM_ROWS}]"
+    return None

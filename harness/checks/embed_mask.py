@@ -6,7 +6,7 @@ from functools import partial
 
 from harness import reference, tensors
 from harness.checks.common import plain
-from harness.checks.outcome import Failure, Outcome, expect_equal, expect_same, observe
+from harness.checks.outcome import Failure, Outcome, describe, expect_equal, expect_same, observe
 from harness.checks.prefill import UNLIMITED
 from harness.checks.registry import DIFFERENTIAL, check
 from harness.model import Case
@@ -42,7 +42,11 @@ def matches_reference(target: Target, case: Case, params: dict) -> None:
         )
     rows, mask = expected.value
     embedding, actual_mask = actual.value
-    got_mask = [False] * len(mask) if actual_mask is None else actual_mask.reshape(-1).tolist()
+    if actual_mask is None:
+        got_mask = [False] * len(mask)
+    else:
+        _expect_usable_mask(case, actual_mask, len(mask))
+        got_mask = actual_mask.reshape(-1).tolist()
     expect_equal(case, "mask over input_ids", mask, got_mask)
     got_rows = tensors.materialise(case, []) if embedding is None else embedding
     expect_same(
@@ -51,3 +55,19 @@ def matches_reference(target: Target, case: Case, params: dict) -> None:
         Outcome(value=tensors.materialise(case, rows)),
         Outcome(value=got_rows.reshape(-1, got_rows.shape[-1])),
     )
+
+
+def _expect_usable_mask(case: Case, mask, tokens: int) -> None:
+    """A mask a model can scatter with: bool, on the case's device, ``[N]`` or ``[N, 1]``."""
+    import torch
+
+    if (
+        mask.dtype != torch.bool
+        or mask.device.type != case.device
+        or tuple(mask.shape) not in ((tokens,), (tokens, 1))
+    ):
+        raise Failure(
+            "the mask is not a boolean [N] or [N, 1] tensor on the case's device",
+            expected=f"torch.bool [{tokens}] or [{tokens}, 1] on {case.device}",
+            actual=describe(mask),
+        )

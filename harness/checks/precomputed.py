@@ -11,11 +11,15 @@ from harness.model import Case
 from harness.targets.base import PRECOMPUTED, Target
 
 
-def _cases(coverage: str):
+def _cases(*coverages: str):
+    """Cases of the given coverages, equally likely (repeat one to weight it)."""
+
     def examples(device: str):
+        from hypothesis import strategies as st
+
         import strategies as mst
 
-        return plain(mst.cases(coverage=coverage, device=device))
+        return plain(st.one_of(*(mst.cases(coverage=c, device=device) for c in coverages)))
 
     return examples
 
@@ -29,7 +33,7 @@ def _precomputed(target: Target, case: Case) -> Outcome:
     rule="R2",
     family=DIFFERENTIAL,
     needs={PRECOMPUTED},
-    examples=_cases("any"),
+    examples=_cases("all", "all", "partial", "none"),
 )
 def matches_reference(target: Target, case: Case, params: dict) -> None:
     """The batch's precomputed rows, ``None`` fallback or partial-coverage error equal the reference's."""
@@ -42,6 +46,7 @@ def matches_reference(target: Target, case: Case, params: dict) -> None:
     family=METAMORPHIC,
     needs={PRECOMPUTED},
     examples=lambda device: permuted(device, "all"),
+    params=("permutation",),
 )
 def permutation(target: Target, case: Case, params: dict) -> None:
     """Permuting fully precomputed requests permutes the result's per-request blocks."""

@@ -41,6 +41,8 @@ class Check:
     property: Property
     doc: str
     needs_cuda: bool = False
+    params: tuple[str, ...] = ()
+    """The keys its examples carry beside the case (validated when a saved example is replayed)."""
 
 
 CHECKS: dict[str, Check] = {}
@@ -55,6 +57,7 @@ def check(
     needs: set[str],
     examples: Callable[[str], SearchStrategy[Example]],
     needs_cuda: bool = False,
+    params: tuple[str, ...] = (),
 ) -> Callable[[Property], Property]:
     """Register the decorated function as the property of a check."""
     if family not in FAMILIES:
@@ -72,6 +75,7 @@ def check(
             prop,
             (prop.__doc__ or "").strip().splitlines()[0].replace("``", ""),
             needs_cuda,
+            params,
         )
         return prop
 

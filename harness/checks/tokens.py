@@ -60,13 +60,21 @@ def _adjust(target: Target, case: Case, params: dict):
     family=DIFFERENTIAL,
     needs={ADJUST},
     examples=_lengths(1, 12),
+    params=("rows", "wanted"),
 )
 def adjust_matches_reference(target: Target, case: Case, params: dict) -> None:
     """Extra rows are cut from the front (keep the last n); too few raise "Insufficient ..."."""
     expect_same(case, "adjusted embedding", _adjust(REFERENCE, case, params), _adjust(target, case, params))
 
 
-@check("adjust.zero_keeps_all", rule="R4", family=HAZARD, needs={ADJUST}, examples=_lengths(0, 0))
+@check(
+    "adjust.zero_keeps_all",
+    rule="R4",
+    family=HAZARD,
+    needs={ADJUST},
+    examples=_lengths(0, 0),
+    params=("rows", "wanted"),
+)
 def zero_keeps_all(target: Target, case: Case, params: dict) -> None:
     """Adjusting to zero placeholders leaves no rows (``embedding[-0:]`` keeps them all)."""
     outcome = _adjust(target, case, params)

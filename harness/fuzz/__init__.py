@@ -5,6 +5,15 @@ the parser's documented error (rule R7). Anything else is a finding: before it
 propagates (and libFuzzer stops with its own crash file), ``write_finding``
 saves a self-contained JSON record, so the input survives even when the crash
 file is lost in a CI workspace, and a maintainer can read it without tooling.
+For the engine parsers the record also holds the decoded payload, so the record
+is itself a corpus input: fed back to the entry point it replays the payload.
+
+Three kinds of findings besides an undocumented exception: an expected error
+that breaks the parser's error policy (no message, say), ``SilentAcceptance``
+(the harness saw the parser return normally on a payload it must refuse) and
+``Hang`` (an input ran past its CPU deadline). A baseline of known findings,
+matched by exception class and engine location, lets a CI smoke run continue
+past them and fail only on new ones.
 
 Nothing here imports atheris or a parser: an entry point must import its parser
 inside ``atheris.instrument_imports()``, which only instruments fresh imports.
@@ -13,65 +22,291 @@ inside ``atheris.instrument_imports()``, which only instruments fresh imports.
 from __future__ import annotations
 
 import base64
+import dis
 import hashlib
 import json
 import os
+import signal
 import sys
+import threading
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Collection, Mapping
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 FINDING_FORMAT = "mmharness.fuzz-finding/1"
+BASELINE_FORMAT = "mmharness.fuzz-baseline/1"
 FINDINGS_ENV = "MMHARNESS_FINDINGS"
 """Directory for finding files; ``./findings`` when unset."""
+
+ErrorPolicy = Callable[[BaseException], "str | None"]
+"""Judges an error of an expected class: ``None`` when acceptable, else why it is a finding."""
 
 
 def findings_dir() -> Path:
     return Path(os.environ.get(FINDINGS_ENV) or "findings")
 
 
-def write_finding(parser: str, data: bytes, error: BaseException) -> Path:
+class SilentAcceptance(Exception):
+    """Raised by the harness when a parser returned normally on a payload it must refuse.
+
+    ``kind`` names the property (``mixed-format``...): it is the finding's
+    location for baselines, since no engine line raised anything.
+    """
+
+    def __init__(self, kind: str, message: str) -> None:
+        super().__init__(f"{kind}: {message}")
+        self.kind = kind
+
+
+class Hang(BaseException):
+    """An input ran past its CPU deadline (a ``BaseException``, so engine ``except Exception`` keeps out)."""
+
+
+# Where an error comes from -------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Location:
+    """The innermost frame of an error inside the parser's own files."""
+
+    file: str
+    line: int
+    function: str
+
+    @property
+    def where(self) -> str:
+        """Release-independent key: ``io_struct.py:GenerateReqInput.__getitem__``."""
+        return f"{Path(self.file).name}:{self.function}"
+
+
+def locate(error: BaseException, files: Collection[str] = ()) -> Location | None:
+    """The innermost traceback frame in one of ``files`` (any frame when ``files`` is empty).
+
+    ``files`` may map each path to the name a record shows (``sglang/srt/...``),
+    so saved findings carry no machine-local paths.
+    """
+    found = None
+    tb = error.__traceback__
+    while tb is not None:
+        code = tb.tb_frame.f_code
+        if not files or code.co_filename in files:
+            shown = files[code.co_filename] if isinstance(files, Mapping) else code.co_filename
+            found = Location(shown, tb.tb_lineno, getattr(code, "co_qualname", code.co_name))
+        tb = tb.tb_next
+    return found
+
+
+_RAISES = {dis.opmap[name] for name in ("RAISE_VARARGS",) if name in dis.opmap}
+
+
+def raised_deliberately(error: BaseException, files: Collection[str]) -> bool:
+    """Whether a ``raise`` statement in one of ``files`` raised ``error`` (not Python, not a library).
+
+    ``len(5)`` raises ``TypeError`` from inside Python: the innermost frame is
+    then executing a call, not a ``raise``.
+    """
+    tb = error.__traceback__
+    if tb is None:
+        return False
+    while tb.tb_next is not None:
+        tb = tb.tb_next
+    code = tb.tb_frame.f_code
+    if code.co_filename not in files or not 0 <= tb.tb_lasti < len(code.co_code):
+        return False
+    return code.co_code[tb.tb_lasti] in _RAISES
+
+
+def where_of(error: BaseException, files: Collection[str] = ()) -> str:
+    """A finding's location key: the silent-acceptance kind, else the engine frame, else ``?``."""
+    if isinstance(error, SilentAcceptance):
+        return error.kind
+    location = locate(error, files) or locate(error)
+    return location.where if location else "?"
+
+
+# Saving findings -----------------------------------------------------------------------
+
+
+def write_finding(
+    parser: str,
+    data: bytes,
+    error: BaseException,
+    *,
+    payload: Any = None,
+    target: Mapping[str, str] | None = None,
+    reason: str | None = None,
+    files: Collection[str] = (),
+) -> Path:
     """Save ``data`` and the unexpected ``error`` as ``<parser>-<sha1>.json``; return the path.
 
     The name depends only on the input, so a crash found twice is saved once.
+    ``payload`` (the decoded, JSON-able input), ``target`` (spec and release),
+    ``reason`` (why an expected-class error is a finding) and the engine
+    location (from ``files``, the parser's source files) are added when given.
     """
     try:
         text: str | None = data.decode("utf-8")
     except UnicodeDecodeError:
         text = None
-    record = {
+    record: dict[str, Any] = {
         "format": FINDING_FORMAT,
         "parser": parser,
         "exception": f"{type(error).__name__}: {error}",
-        "traceback": "".join(traceback.format_exception(error)),
-        "input_b64": base64.b64encode(data).decode("ascii"),
-        "input_text": text,
     }
+    if target is not None:
+        record["target"] = dict(target)
+    if reason is not None:
+        record["reason"] = reason
+    if files or isinstance(error, SilentAcceptance):
+        record["where"] = where_of(error, files)
+        location = locate(error, files)
+        if location is not None:
+            record["location"] = {"file": location.file, "line": location.line, "function": location.function}
+    if payload is not None:
+        record["payload"] = payload
+    record["traceback"] = "".join(traceback.format_exception(error))
+    record["input_b64"] = base64.b64encode(data).decode("ascii")
+    record["input_text"] = text
     directory = findings_dir()
     directory.mkdir(parents=True, exist_ok=True)
     path = directory / f"{parser}-{hashlib.sha1(data).hexdigest()}.json"
-    path.write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
+    path.write_text(json.dumps(record, indent=2, default=repr) + "\n", encoding="utf-8")
     return path
+
+
+# Known findings ------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Known:
+    parser: str
+    exception: str
+    where: str
+    note: str = ""
+
+
+@dataclass(frozen=True)
+class Baseline:
+    """Known findings, matched by parser, exception class and location (never by line number)."""
+
+    known: tuple[Known, ...] = ()
+
+    @classmethod
+    def load(cls, path: str | os.PathLike[str]) -> Baseline:
+        """Read a baseline file; ``ValueError`` with what is wrong (the CLI makes it a usage error)."""
+        try:
+            document = json.loads(Path(path).read_text(encoding="utf-8"))
+        except (OSError, ValueError) as error:
+            raise ValueError(f"{path}: not readable as JSON ({error})") from None
+        if not isinstance(document, dict) or document.get("format") != BASELINE_FORMAT:
+            raise ValueError(f'{path}: not a baseline (expected "format": "{BASELINE_FORMAT}")')
+        entries = document.get("known")
+        if not isinstance(entries, list):
+            raise ValueError(f'{path}: "known" must be a list')
+        known = []
+        for index, entry in enumerate(entries):
+            if not isinstance(entry, dict) or not all(
+                isinstance(entry.get(key), str) for key in ("parser", "exception", "where")
+            ):
+                raise ValueError(f"{path}: known[{index}] needs string parser, exception and where")
+            known.append(Known(entry["parser"], entry["exception"], entry["where"], entry.get("note", "")))
+        return cls(tuple(known))
+
+    def match(self, parser: str, error: BaseException, files: Collection[str] = ()) -> Known | None:
+        where = where_of(error, files)
+        name = type(error).__name__
+        for known in self.known:
+            if (known.parser, known.exception, known.where) == (parser, name, where):
+                return known
+        return None
+
+
+# The guard -----------------------------------------------------------------------------
+
+
+class _Deadline:
+    """A CPU-time deadline for one input: ``ITIMER_VIRTUAL`` raises ``Hang`` in the main thread.
+
+    libFuzzer owns ``SIGALRM`` (its own ``-timeout``), so the virtual timer's
+    ``SIGVTALRM`` is used instead; where there is none, inputs run unbounded.
+    """
+
+    def __init__(self, seconds: float | None) -> None:
+        usable = hasattr(signal, "setitimer") and hasattr(signal, "SIGVTALRM")
+        self.seconds = seconds if usable else None
+        self._installed = False
+
+    def _install(self) -> bool:
+        if not self._installed and threading.current_thread() is threading.main_thread():
+            signal.signal(signal.SIGVTALRM, self._expired)
+            self._installed = True
+        return self._installed
+
+    def _expired(self, signum: int, frame: Any) -> None:
+        raise Hang(f"the input ran past its deadline of {self.seconds} CPU seconds")
+
+    def __enter__(self) -> None:
+        if self.seconds and self._install():
+            signal.setitimer(signal.ITIMER_VIRTUAL, self.seconds)
+
+    def __exit__(self, *exc: Any) -> None:
+        if self.seconds and self._installed:
+            signal.setitimer(signal.ITIMER_VIRTUAL, 0)
 
 
 def guarded(
     parser: str,
     parse: Callable[[bytes], object],
     expected: type[BaseException] | tuple[type[BaseException], ...],
+    *,
+    policy: ErrorPolicy | None = None,
+    payload: Callable[[bytes], Any] | None = None,
+    target: Mapping[str, str] | None = None,
+    files: Collection[str] = (),
+    baseline: Baseline | None = None,
+    deadline_s: float | None = None,
 ) -> Callable[[bytes], None]:
-    """A ``TestOneInput`` for ``parse``: ``expected`` errors pass, others are saved, re-raised."""
+    """A ``TestOneInput`` for ``parse``: ``expected`` errors pass, others are saved, re-raised.
+
+    ``policy`` may still reject an expected error (then it is a finding with the
+    policy's reason); ``payload`` decodes an input for the saved record;
+    ``files`` are the parser's source files (for the location); a finding the
+    ``baseline`` knows is reported once and let through; ``deadline_s`` bounds
+    each input's CPU time (``Hang``).
+    """
+    deadline = _Deadline(deadline_s)
+    seen_known: set[Known] = set()
+
+    def finding(data: bytes, error: BaseException, reason: str | None) -> None:
+        known = baseline.match(parser, error, files) if baseline else None
+        if known is not None:
+            if known not in seen_known:
+                seen_known.add(known)
+                print(
+                    f"mmharness: known finding (baseline), going on: {known.exception} at {known.where}",
+                    file=sys.stderr,
+                )
+            return
+        try:
+            decoded = payload(data) if payload is not None else None
+        except Exception:  # the record keeps the raw bytes anyway
+            decoded = None
+        path = write_finding(parser, data, error, payload=decoded, target=target, reason=reason, files=files)
+        why = f" ({reason})" if reason else ""
+        print(f"mmharness: unexpected {type(error).__name__}{why}; finding saved to {path}", file=sys.stderr)
+        raise error
 
     def test_one_input(data: bytes) -> None:
         try:
-            parse(data)
-        except expected:
-            pass
-        except Exception as error:
-            path = write_finding(parser, data, error)
-            print(
-                f"mmharness: unexpected {type(error).__name__}; finding saved to {path}",
-                file=sys.stderr,
-            )
-            raise
+            with deadline:
+                parse(data)
+        except expected as error:
+            reason = policy(error) if policy is not None else None
+            if reason is not None:
+                finding(data, error, reason)
+        except (Exception, Hang) as error:
+            finding(data, error, None)
 
     return test_one_input

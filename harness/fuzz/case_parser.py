@@ -12,7 +12,7 @@ import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from harness.fuzz import guarded
+from harness.fuzz import Baseline, guarded
 
 PARSER = "case-parser"
 DICTIONARY = Path(__file__).with_name("case.dict")
@@ -20,12 +20,12 @@ DICTIONARY = Path(__file__).with_name("case.dict")
 _one_input: Callable[[bytes], None] | None = None
 
 
-def _bind() -> Callable[[bytes], None]:
+def _bind(baseline: Baseline | None = None) -> Callable[[bytes], None]:
     """Import the parser (instrumented when ``main`` runs) and build the guarded entry point."""
     global _one_input
     from harness import payload
 
-    _one_input = guarded(PARSER, payload.loads, payload.PayloadError)
+    _one_input = guarded(PARSER, payload.loads, payload.PayloadError, baseline=baseline)
     return _one_input
 
 
@@ -34,12 +34,12 @@ def TestOneInput(data: bytes) -> None:  # the name atheris expects
     (_one_input or _bind())(data)
 
 
-def main(argv: Sequence[str]) -> None:
+def main(argv: Sequence[str], *, baseline: Baseline | None = None) -> None:
     """Fuzz the parser, with coverage from ``harness.payload`` and ``harness.model`` only."""
     import atheris
 
     with atheris.instrument_imports(include=["harness.payload", "harness.model"]):
-        _bind()
+        _bind(baseline)
     args = list(argv)
     if not any(arg.startswith("-dict=") for arg in args):
         args.insert(1, f"-dict={DICTIONARY}")

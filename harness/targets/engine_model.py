@@ -118,8 +118,6 @@ class EngineModel:
         """The validation an engine forgot (the robustness mutants)."""
         if self.bug == "skip_span_validation":
             return ".spans" in problem.path
-        if self.bug == "skip_window_validation":
-            return problem.path.endswith((".prefix_len", ".extend_len"))
         if self.bug == "skip_row_validation":
             return problem.path.endswith(".rows")
         return False

@@ -13,6 +13,14 @@ to Python's import. Nothing named ``sglang*`` ever enters ``sys.modules``, so tw
 releases load side by side in one process, next to an installed ``sglang``. The
 same ``__import__`` serves imports inside engine functions at call time.
 
+A load may opt in to serving named third-party top-level packages from recorded
+stubs too, when they are not installed (the payload parsers import ``msgspec``,
+``zmq``, ``PIL``, ``transformers`` at module level and never use them in the
+functions fuzzed). The scheduling targets never opt in: their files need only
+torch and numpy. A load may also transform each engine file's code before it
+runs (the fuzzers instrument the parser files for coverage this way, since
+atheris's import hook never sees files executed by path).
+
 Compiling the files is most of a load; compiled code is cached (``marshal``,
 keyed by the file's path and bytes) under the harness cache directory.
 """
@@ -21,6 +29,7 @@ from __future__ import annotations
 
 import builtins
 import hashlib
+import importlib.util
 import itertools
 import marshal
 import os
@@ -28,6 +37,7 @@ import re
 import sys
 import time
 import types
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 from importlib.util import MAGIC_NUMBER
 from pathlib import Path
@@ -53,6 +63,15 @@ ENGINE_FILES: dict[str, str] = {
 
 SINGLE_FILES = {Path(rel).name: name for name, rel in ENGINE_FILES.items() if name != CACHE_MODULE}
 """A lone ``.py`` file is known by its name: ``mm_schedule.py``, ``mm_utils.py``, ``kimi_k3.py``."""
+
+PARSER_FILES: dict[str, str] = {
+    "sglang.srt.managers.io_struct": "srt/managers/io_struct.py",
+    "sglang.srt.multimodal.processors.base_processor": "srt/multimodal/processors/base_processor.py",
+}
+"""The request payload parsers (fuzz targets), relative to ``sglang/``; loaded only by the fuzzers."""
+
+CodeTransform = Callable[[str, types.CodeType], types.CodeType]
+"""``(engine module name, code) -> code`` applied to each engine file before it runs."""
 
 PRIVATE_PREFIX = "_mmharness_engine"
 _REAL_IMPORT = builtins.__import__
@@ -192,6 +211,9 @@ class Namespace:
     record: shims.Record = field(default_factory=shims.Record)
     modules: dict[str, types.ModuleType] = field(default_factory=dict)
     tag: str = field(default_factory=lambda: f"{PRIVATE_PREFIX}{next(_loads)}")
+    stub_packages: frozenset[str] = frozenset()
+    """Third-party top-level packages served from stubs (the missing ones among those opted in)."""
+    transform: CodeTransform | None = None
 
     def __post_init__(self) -> None:
         self.builtins = dict(vars(builtins))
@@ -203,8 +225,14 @@ class Namespace:
         )
 
     def synthesise(self, module: str, name: str) -> Any:
-        """What a stub module answers for ``name``: a faithful shim, else a recorded ``Stub``."""
+        """What a stub module answers for ``name``: a faithful shim, else a recorded ``Stub``.
+
+        Names of a stubbed third-party package never get engine shims.
+        """
         qualified = f"{module}.{name}"
+        if module.partition(".")[0] in self.stub_packages:
+            self.record.stubbed.add(qualified)
+            return shims.Stub(qualified)
         shim = shims.shim_for(name, self.record, self.item_type)
         if shim is not None:
             self.record.shimmed.add(qualified)
@@ -231,8 +259,10 @@ class Namespace:
         """``__import__`` for engine code: ``sglang.*`` from this namespace, the rest as usual."""
         if level:
             name = _resolve_relative(name, (globals or {}).get("__package__") or "", level)
-        elif name != ENGINE and not name.startswith(ENGINE + "."):
+        elif name.partition(".")[0] not in (ENGINE, *self.stub_packages):
             return _REAL_IMPORT(name, globals, locals, fromlist, level)
+        elif name.partition(".")[0] != ENGINE:
+            self.record.packages.add(name.partition(".")[0])
         module = self.module(name)
         if not fromlist:
             return self.module(name.partition(".")[0])
@@ -259,6 +289,8 @@ class Namespace:
     def _execute(self, name: str) -> types.ModuleType:
         path = self.files[name]
         code = compiled(path)
+        if self.transform is not None:
+            code = self.transform(name, code)
         private = f"{self.tag}.{name}"
         module = types.ModuleType(private)
         module.__file__ = str(path)
@@ -312,16 +344,25 @@ class Engine:
         return None
 
 
-def load(source: Source) -> Engine:
-    """Execute the source's rule files in a fresh private namespace.
+def load(
+    source: Source,
+    *,
+    stub_packages: Collection[str] = (),
+    transform: CodeTransform | None = None,
+) -> Engine:
+    """Execute the source's engine files in a fresh private namespace.
 
     A file that fails to execute is kept out and its error recorded (the adapter
     then lacks what it held); ``sys.modules`` is left as it was found.
+    ``stub_packages`` names third-party top-level packages to serve from recorded
+    stubs when they are not installed (an installed one is used for real);
+    ``transform`` rewrites each file's code before it runs.
     """
-    import torch  # noqa: F401 - every rules file imports it; its import is not the load's cost
+    import torch  # noqa: F401 - every engine file imports it; its import is not the load's cost
 
     started = time.perf_counter()
-    namespace = Namespace(dict(source.files))
+    missing = frozenset(name for name in stub_packages if not _importable(name))
+    namespace = Namespace(dict(source.files), stub_packages=missing, transform=transform)
     errors: dict[str, str] = {}
     for name in sorted(source.files, key=_load_order):
         try:
@@ -338,6 +379,13 @@ def load(source: Source) -> Engine:
         modality=shims.Modality,
         load_seconds=time.perf_counter() - started,
     )
+
+
+def _importable(package: str) -> bool:
+    try:
+        return importlib.util.find_spec(package) is not None
+    except (ImportError, ValueError):  # a broken or half-installed package counts as missing
+        return False
 
 
 def _load_order(name: str) -> int:

@@ -41,7 +41,6 @@ _MUTANTS = (
         "chunk_nonempty_at_zero_extend", "R1", "extend_len 0 reads as 'to the end': rows returned"
     ),
     Mutant("skip_span_validation", "R1", "unsorted, overlapping or out-of-range spans are served"),
-    Mutant("skip_window_validation", "R1", "negative lengths or a window past seq_len are served"),
     Mutant(
         "skip_row_validation",
         "R1",

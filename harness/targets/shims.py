@@ -31,6 +31,8 @@ class Record:
     stubbed: set[str] = field(default_factory=set)
     shimmed: set[str] = field(default_factory=set)
     item_misses: set[str] = field(default_factory=set)
+    packages: set[str] = field(default_factory=set)
+    """Third-party top-level packages served from stubs (only when a load opts in, see the loader)."""
 
 
 # Placeholders ------------------------------------------------------------------------
@@ -40,7 +42,8 @@ class Stub:
     """A placeholder for an engine name the harness does not load.
 
     It survives what module-level engine code does with imported names: call it,
-    read attributes, subclass it (``__mro_entries__``), decorate with it (a call
+    read attributes, subclass it (``__mro_entries__``, class keywords such as
+    ``msgspec.Struct``'s ``kw_only=True`` included), decorate with it (a call
     with one function or class returns it unchanged), use it in annotations
     (``X | None``, ``X[int]``) and in ``isinstance`` (never matches). It is falsy,
     so feature switches read from it are off.
@@ -75,7 +78,8 @@ class Stub:
     def __mro_entries__(self, bases: tuple) -> tuple[type]:
         if self._mm_class is None:
             name = self._mm_name.rsplit(".", 1)[-1]
-            object.__setattr__(self, "_mm_class", type(name, (), {"__doc__": f"stub of {self._mm_name}"}))
+            namespace = {"__doc__": f"stub of {self._mm_name}", "__init_subclass__": _any_class_keywords}
+            object.__setattr__(self, "_mm_class", type(name, (), namespace))
         return (self._mm_class,)
 
     def __getitem__(self, key: Any) -> Stub:
@@ -111,6 +115,10 @@ class Stub:
         return f"<mmharness stub {self._mm_name}>"
 
 
+def _any_class_keywords(cls: type, **keywords: Any) -> None:
+    """A stub base class takes the class keywords its real counterpart takes, and ignores them."""
+
+
 # The MM data item --------------------------------------------------------------------
 
 
@@ -124,11 +132,25 @@ class Modality(enum.Enum):
 
     @staticmethod
     def from_str(name: str) -> Modality:
-        return Modality[name.upper()]
+        """By member name, any case; an unknown name is a ``ValueError``, as in every release."""
+        try:
+            return Modality[name.upper()]
+        except KeyError:
+            raise ValueError(
+                f"unknown modality {name!r}; known: {', '.join(m.name for m in Modality)}"
+            ) from None
 
     @staticmethod
     def all() -> list[Modality]:
         return list(Modality)
+
+
+class MultimodalInputFormat(enum.Enum):
+    """How a request's MM data arrived: raw media, a processor's output, or final embeddings."""
+
+    NORMAL = enum.auto()
+    PROCESSOR_OUTPUT = enum.auto()
+    PRECOMPUTED_EMBEDDING = enum.auto()
 
 
 class MultimodalDataItem:
@@ -140,9 +162,17 @@ class MultimodalDataItem:
     looked up in ``model_specific_data``; anything else raises ``AttributeError``
     naming this shim and is recorded, so a release that needs more shows up in
     ``describe()``. The loader subclasses it per load to attach that record.
+    ``set(name, value)`` (how payload parsers fill an item) writes a field, or any
+    other name into ``model_specific_data``, as the engine's item does.
     """
 
     _mm_record: Record | None = None
+    FIELDS = frozenset(
+        (
+            "modality", "hash", "pad_value", "offsets", "format", "feature",
+            "precomputed_embeddings", "keep_device_embedding", "model_specific_data",
+        )
+    )  # fmt: skip
 
     def __init__(
         self,
@@ -177,6 +207,14 @@ class MultimodalDataItem:
             f"'MultimodalDataItem' object has no attribute '{name}' "
             "(mmharness shim: this release needs more of the item type)"
         )
+
+    def set(self, name: str, value: Any) -> None:
+        if name in self.FIELDS:
+            setattr(self, name, value)
+        else:
+            self.model_specific_data[name] = value
+
+    __setitem__ = set
 
     def is_modality(self, modality: Modality) -> bool:
         return self.modality == modality
@@ -407,6 +445,7 @@ CONTEXT_GETTERS = (
 
 _FIXED: dict[str, Any] = {
     "Modality": Modality,
+    "MultimodalInputFormat": MultimodalInputFormat,
     "maybe_assert_sum": maybe_assert_sum,
     "flatten_nested_list": flatten_nested_list,
     "materialize_multimodal_features": materialize_multimodal_features,

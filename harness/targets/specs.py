@@ -50,12 +50,17 @@ def _user_adapter(spec: str) -> Target:
     module_name, _, attr = spec.partition(":")
     try:
         module = importlib.import_module(module_name)
-    except ImportError as error:
-        raise TargetError(f"target {spec!r}: cannot import {module_name!r}: {error}") from error
+    except Exception as error:  # a user's module may fail in any way while importing
+        raise TargetError(
+            f"target {spec!r}: cannot import {module_name!r}: {type(error).__name__}: {error}"
+        ) from error
     obj = getattr(module, attr, None)
     if obj is None:
         raise TargetError(f"target {spec!r}: module {module_name!r} has no attribute {attr!r}")
-    target = obj() if isinstance(obj, type) else obj
+    try:
+        target = obj() if isinstance(obj, type) else obj
+    except Exception as error:
+        raise TargetError(f"target {spec!r}: {attr}() raised {type(error).__name__}: {error}") from error
     if not isinstance(target, Target):
         raise TargetError(
             f"target {spec!r}: {attr!r} does not implement harness.targets.base.Target"
