@@ -15,6 +15,7 @@ from harness.checks.outcome import (
     is_clear_error,
     observe,
     show_error,
+    value_of,
 )
 from harness.checks.registry import DIFFERENTIAL, HAZARD, METAMORPHIC, ROBUSTNESS, check
 from harness.model import Case, problems
@@ -68,23 +69,16 @@ def schedule_concat(target: Target, case: Case, params: dict) -> None:
     import torch
 
     whole = _chunk(target, with_window(case, 0, 0, case.requests[0].seq_len), 0)
-    if whole.raised:
-        raise Failure("whole-sequence chunk raised", expected="a tensor", actual=show_error(whole.error))
+    whole_chunk, _, whole_end = value_of(whole, "whole-sequence chunk", "a tensor")
     pieces, cursor = [], 0
     for prefix_len, extend_len in windows(params["schedule"]):
         piece = _chunk(target, with_window(case, 0, prefix_len, extend_len), 0)
-        if piece.raised:
-            raise Failure(
-                f"chunk at window ({prefix_len}, {extend_len}) raised",
-                expected="a tensor",
-                actual=show_error(piece.error),
-            )
-        chunk, start, end = piece.value
+        chunk, start, end = value_of(piece, f"chunk at window ({prefix_len}, {extend_len})", "a tensor")
         expect_equal(case, f"window ({prefix_len}, {extend_len}) start", cursor, start)
         cursor = end
         pieces.append(chunk)
-    expect_equal(case, "last end", whole.value[2], cursor)
-    expect_equal(case, "concatenated chunks", whole.value[0], torch.cat(pieces))
+    expect_equal(case, "last end", whole_end, cursor)
+    expect_equal(case, "concatenated chunks", whole_chunk, torch.cat(pieces))
 
 
 def _bad_request(case: Case) -> int:

@@ -6,7 +6,7 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
-from harness.checks.outcome import Failure, Outcome, show_error
+from harness.checks.outcome import Outcome, value_of
 from harness.model import Case
 from harness.targets.reference import ReferenceTarget
 
@@ -84,15 +84,9 @@ def blocks_in_order(call: Callable[[Case], Outcome], case: Case, order: list[int
 
     blocks = []
     for r in order:
-        one = call(alone(case, r))
-        if one.raised:
-            raise Failure(
-                f"requests[{r}] alone raised",
-                expected="a tensor or None",
-                actual=show_error(one.error),
-            )
-        if one.value is not None:
-            blocks.append(one.value.reshape(-1, one.value.shape[-1]))
+        one = value_of(call(alone(case, r)), f"requests[{r}] alone", "a tensor or None")
+        if one is not None:
+            blocks.append(one.reshape(-1, one.shape[-1]))
     return Outcome(value=torch.cat(blocks) if blocks else None)
 
 

@@ -7,7 +7,7 @@ from functools import partial
 
 from harness import tensors
 from harness.checks.common import REFERENCE
-from harness.checks.outcome import Failure, Outcome, expect_equal, expect_same, observe, show_error
+from harness.checks.outcome import Outcome, expect_equal, expect_same, observe, value_of
 from harness.checks.registry import DIFFERENTIAL, METAMORPHIC, check
 from harness.model import Case, Item, Request
 from harness.targets.base import ONE_GRID, SPLIT, FeatureItem, Target
@@ -90,14 +90,10 @@ def split_matches_reference(target: Target, case: Case, params: dict) -> None:
 def split_then_encode(target: Target, case: Case, params: dict) -> None:
     """Every split item passes the one-grid check and their features concatenate to the original."""
     whole = _feature_item(case)
-    split = observe(partial(target.split_item, case, whole))
-    if split.raised:
-        raise Failure("split raised", expected="split items", actual=show_error(split.error))
-    encoded = observe(partial(target.image_feature, case, split.value))
-    if encoded.raised:
-        raise Failure(
-            f"image_feature refused the {len(split.value)} split item(s)",
-            expected="their features",
-            actual=show_error(encoded.error),
-        )
-    expect_equal(case, "features of the split items", whole.features, encoded.value)
+    parts = value_of(observe(partial(target.split_item, case, whole)), "split", "split items")
+    encoded = value_of(
+        observe(partial(target.image_feature, case, parts)),
+        f"image_feature on the {len(parts)} split item(s)",
+        "their features",
+    )
+    expect_equal(case, "features of the split items", whole.features, encoded)

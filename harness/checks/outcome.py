@@ -45,6 +45,13 @@ def observe(call: Callable[[], Any]) -> Outcome:
         return Outcome(error=error)
 
 
+def value_of(outcome: Outcome, what: str, expected: str) -> Any:
+    """The outcome's value, or a ``Failure`` where the target raised on input it must accept."""
+    if outcome.raised:
+        raise Failure(f"{what} raised", expected=expected, actual=show_error(outcome.error))
+    return outcome.value
+
+
 def show_error(error: BaseException) -> str:
     return f"{type(error).__name__}({str(error)!r})"
 

@@ -22,7 +22,7 @@ from harness.checks.common import (
     windows,
     with_window,
 )
-from harness.checks.outcome import Failure, Outcome, expect_same, is_clear_error, observe, show_error
+from harness.checks.outcome import Failure, Outcome, expect_same, is_clear_error, observe, value_of
 from harness.checks.registry import DIFFERENTIAL, METAMORPHIC, check
 from harness.model import Case
 from harness.targets.base import PER_REQUEST_PATH, PREFILL, Encoder, Target
@@ -72,8 +72,7 @@ def encoder_calls(target: Target, case: Case, params: dict) -> None:
     outcome, encoder = run(target, case)
     if _refused_collision(case, outcome):
         return
-    if outcome.raised:
-        raise Failure("chunked prefill raised", expected="a tensor or None", actual=show_error(outcome.error))
+    value_of(outcome, "chunked prefill", "a tensor or None")
     allowed = reference.items_in_windows(case)
     outside = [key for key in encoder.encoded if key not in allowed]
     if outside:
@@ -150,14 +149,9 @@ def schedule_concat(target: Target, case: Case, params: dict) -> None:
     pieces = []
     for prefix_len, extend_len in windows(params["schedule"]):
         piece = run(target, with_window(case, 0, prefix_len, extend_len), cache=cache)[0]
-        if piece.raised:
-            raise Failure(
-                f"chunk at window ({prefix_len}, {extend_len}) raised",
-                expected="a tensor or None",
-                actual=show_error(piece.error),
-            )
-        if piece.value is not None:
-            pieces.append(piece.value)
+        rows = value_of(piece, f"chunk at window ({prefix_len}, {extend_len})", "a tensor or None")
+        if rows is not None:
+            pieces.append(rows)
     joined = Outcome(value=torch.cat(pieces) if pieces else None)
     expect_same(case, f"chunks of schedule {params['schedule']} vs one chunk", whole, joined)
 
