@@ -366,15 +366,6 @@ def test_the_baseline_lists_exactly_the_known_seeds():
 
 
 @pytest.fixture(scope="session")
-def harness_cache(request, tmp_path_factory) -> Path:
-    """Releases go to ``$MMHARNESS_CACHE``, else pytest's cache dir (shared by workers, kept between runs)."""
-    if os.environ.get("MMHARNESS_CACHE"):
-        return Path(os.environ["MMHARNESS_CACHE"])
-    store = getattr(request.config, "cache", None)
-    return Path(store.mkdir("mmharness")) if store is not None else tmp_path_factory.mktemp("mmharness")
-
-
-@pytest.fixture(scope="session")
 def release_parsers(harness_cache) -> parsers.Parsers:
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("MMHARNESS_CACHE", str(harness_cache))

@@ -36,17 +36,6 @@ from harness.targets.specs import resolve
 CHECKS = all_checks()
 
 
-@pytest.fixture(scope="session")
-def harness_cache(request, tmp_path_factory) -> Path:
-    """One cache for the session: the user's ``$MMHARNESS_CACHE``, else pytest's cache dir."""
-    if os.environ.get("MMHARNESS_CACHE"):
-        return Path(os.environ["MMHARNESS_CACHE"])
-    cache = getattr(request.config, "cache", None)
-    if cache is not None:
-        return Path(cache.mkdir("mmharness"))
-    return tmp_path_factory.mktemp("mmharness-cache")
-
-
 @pytest.fixture(autouse=True)
 def _cache_env(harness_cache, monkeypatch):
     monkeypatch.setenv("MMHARNESS_CACHE", str(harness_cache))
