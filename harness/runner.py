@@ -133,7 +133,7 @@ def run_check(
         reason=failure.message,
         example=example,
         failure=failure,
-        examples_run=tally.count,
+        examples_run=tally.first_failure_at or tally.count,  # not the shrinker's replays
         first_failure_at=tally.first_failure_at,
     )
 
