@@ -65,7 +65,8 @@ def item_embedding(case: Case, item: Item) -> torch.Tensor:
 def request_embedding(case: Case, items: Sequence[Item]) -> torch.Tensor:
     """The concatenated embedding of a request's items, as R1 receives it."""
     torch = _torch()
-    parts = [item_rows(case, item) for item in items]
+    # ``cat`` copies, so the cached blocks need no defensive clone here.
+    parts = [_block(item.hash, max(item.row_count, 0), case.hidden, case.dtype) for item in items]
     flat = torch.cat(parts) if parts else torch.empty(0, case.hidden, dtype=getattr(torch, case.dtype))
     return shaped(flat.to(case.device), case)
 

@@ -19,7 +19,7 @@ from harness.model import DEVICES, DTYPES, NDIMS, Case, Request
 from strategies._internal.choices import integer
 from strategies._internal.coverage import COVERAGES, draw_coverage, min_items_for
 from strategies._internal.items import HashPool
-from strategies._internal.requests import RequestDraft, RequestShape, check_shape, request_drafts
+from strategies._internal.requests import RequestDraft, RequestShape, check_shape, draw_request_draft
 from strategies._internal.validation import (
     check_bool,
     check_choice,
@@ -81,7 +81,7 @@ def draw_drafts(
     have = 0
     for r in range(n):
         owed = max(0, min_items_total - have - (n - 1 - r) * cap)
-        draft = draw(request_drafts(shape, pool, owed))
+        draft = draw_request_draft(draw, shape, pool, owed)
         have += len(draft.items)
         drafts.append(draft)
     return drafts

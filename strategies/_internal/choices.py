@@ -11,6 +11,10 @@ shrinker would prefer the complex one). Hence two kinds of choice: ``integer``
 skips the draw for a one-value range, for counts whose range only the options
 decide; ``index``, ``pick`` and ``pick_pair`` always cost exactly one choice, for
 values whose range depends on earlier values.
+
+Every choice costs the engine the same fixed overhead whatever its range, so a
+request's whole layout is read from one bytes choice through a ``Tape`` (see
+``Tape``): every function here takes either a Hypothesis ``draw`` or a tape.
 """
 
 from __future__ import annotations
@@ -33,10 +37,55 @@ def _from_zero(size: int) -> SearchStrategy[int]:
     return strategy
 
 
-def integer(draw: DrawFn, low: int, high: int) -> int:
+def width(size: int) -> int:
+    """Bytes a tape spends on a choice among ``size`` values (at least one)."""
+    return max((max(size, 2) - 1).bit_length() + 7, 8) // 8
+
+
+class Tape:
+    """Choices read in order from one bytes choice; reading past its end gives zeros.
+
+    A value among ``size`` is the next ``width(size)`` bytes scaled into
+    ``[0, size)``: uniform, monotone in the bytes, and ``0`` for zero bytes, so
+    the shrinker, which zeroes and lowers bytes from the left, takes every
+    choice toward its simplest value, earlier choices first, as it does with
+    separate choices. One choice for a whole request removes most of the
+    engine's per-choice cost from the hot path.
+    """
+
+    __slots__ = ("data", "pos")
+
+    def __init__(self, data: bytes) -> None:
+        self.data = data
+        self.pos = 0
+
+    def take(self, size: int) -> int:
+        """A value in ``[0, size)``."""
+        n = width(size)
+        pos = self.pos
+        self.pos = pos + n
+        raw = int.from_bytes(self.data[pos : pos + n], "big") << 8 * max(0, pos + n - len(self.data))
+        return raw * size >> 8 * n
+
+
+_BLOBS: dict[int, SearchStrategy[bytes]] = {}
+
+
+def draw_tape(draw: DrawFn, size: int) -> Tape:
+    """A tape of ``size`` bytes, as one choice."""
+    strategy = _BLOBS.get(size)
+    if strategy is None:
+        lazy = st.binary(min_size=size, max_size=size)
+        strategy = _BLOBS[size] = getattr(lazy, "wrapped_strategy", lazy)
+    return Tape(draw(strategy))
+
+
+def integer(draw: DrawFn | Tape, low: int, high: int) -> int:
     """An int in ``[low, high]``, shrinking toward ``low``; no draw when they are equal."""
     if high <= low:
         return low
+    if type(draw) is Tape:
+        return low + draw.take(high - low + 1)
     return low + draw(_from_zero(high - low))
 
 
@@ -79,25 +128,27 @@ class Biased(NamedTuple):
         return self.favoured[(x - self.uniform) * len(self.favoured) // self.weight]
 
 
-def index(draw: DrawFn, size: int) -> int:
+def index(draw: DrawFn | Tape, size: int) -> int:
     """An index below ``size`` in exactly one choice, even when ``size == 1``.
 
     Layout values must cost one choice whatever they are: if a span that fills
     the rest of the sequence saved the draws of a forced trailing gap, the
     shrinker (fewer choices first) would prefer it to the simpler layout.
     """
+    if type(draw) is Tape:
+        return draw.take(max(size, 1))
     return min(draw(_from_zero(max(size - 1, 1))), size - 1)
 
 
 def pick(
-    draw: DrawFn, low: int, high: int, favoured: Sequence[int] = (), *, spread: int | None = None
+    draw: DrawFn | Tape, low: int, high: int, favoured: Sequence[int] = (), *, spread: int | None = None
 ) -> int:
     """One biased choice in ``[low, high]`` (see ``Biased``); shrinks toward ``low``."""
     space = Biased.of(low, high, favoured, spread=spread)
     return space.decode(index(draw, space.size))
 
 
-def pick_pair(draw: DrawFn, first: Biased, second: Biased) -> tuple[int, int]:
+def pick_pair(draw: DrawFn | Tape, first: Biased, second: Biased) -> tuple[int, int]:
     """Two biased values from one choice; shrinks toward ``(first.low, second.low)``."""
     x = index(draw, first.size * second.size)
     return first.decode(x % first.size), second.decode(x // first.size)

@@ -21,7 +21,7 @@ from typing import NamedTuple
 from hypothesis.strategies import DrawFn
 
 from harness.model import Span
-from strategies._internal.choices import index, integer
+from strategies._internal.choices import Tape, index, integer
 from strategies._internal.spans import place_spans
 
 HASH_BASE_LIMIT = 1000
@@ -61,13 +61,13 @@ class HashPool:
         self._base: int | None = None
         self._fresh = 0
 
-    def fresh(self, draw: DrawFn) -> int:
+    def fresh(self, draw: DrawFn | Tape) -> int:
         if self._base is None:
             self._base = integer(draw, 0, HASH_BASE_LIMIT)
         self._fresh += 1
         return self._base + self._fresh - 1
 
-    def head(self, draw: DrawFn, shapes: int) -> Head:
+    def head(self, draw: DrawFn | Tape, shapes: int) -> Head:
         """Where the hash comes from (fresh half the time, when reuse is on), and a shape.
 
         A kind choice whose range does not depend on the pool, then a shape
@@ -103,7 +103,7 @@ def _shape(shape: int, cap: int) -> tuple[int, str]:
 
 
 def draw_items(
-    draw: DrawFn, *, count: int, max_spans: int, stop: int, pool: HashPool
+    draw: DrawFn | Tape, *, count: int, max_spans: int, stop: int, pool: HashPool
 ) -> tuple[list[ItemDraft], int]:
     """``count`` items laid out left to right in ``[0, stop)``; returns them and where they end.
 

@@ -20,7 +20,7 @@ from harness.model import DTYPES, NDIMS, Case, Item, Request
 from strategies._internal.cases import Format, build_requests, check_format
 from strategies._internal.choices import integer
 from strategies._internal.items import HashPool
-from strategies._internal.requests import RequestShape, check_shape, request_drafts
+from strategies._internal.requests import RequestShape, check_shape, draw_request_draft
 from strategies._internal.validation import check_int, check_subset
 
 MALFORMED_KINDS = (
@@ -121,7 +121,7 @@ def _malformed_cases(
     # Distinct hashes: a broken item must not share content with a sound one.
     pool = HashPool(duplicates=False, collisions=False)
     drafts = [
-        draw(request_drafts(shape, pool, _ITEMS_NEEDED[kind] if r == target else 0))
+        draw_request_draft(draw, shape, pool, _ITEMS_NEEDED[kind] if r == target else 0)
         for r in range(n)
     ]
     requests = build_requests(draw, drafts, "any")

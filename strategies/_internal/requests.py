@@ -17,11 +17,15 @@ from hypothesis.errors import InvalidArgument
 from hypothesis.strategies import DrawFn, SearchStrategy
 
 from harness.model import Item, Request, Span
-from strategies._internal.choices import integer, pick
+from strategies._internal.choices import Tape, draw_tape, integer, pick, width
 from strategies._internal.coverage import COVERAGES, draw_coverage, min_items_for
-from strategies._internal.items import HashPool, ItemDraft, draw_items
+from strategies._internal.items import HASH_BASE_LIMIT, HashPool, ItemDraft, draw_items
 from strategies._internal.spans import GAP_FAVOURED
 from strategies._internal.validation import check_bool, check_choice, check_int, check_order
+
+MAX_TAPE = 512
+"""Bytes per request at most, so huge shapes stay within Hypothesis's per-example size limit
+(a layout that outgrows its tape reads zeros: the simplest rest, still valid)."""
 
 
 @dataclass(frozen=True)
@@ -36,6 +40,15 @@ class RequestShape:
     def item_cap(self) -> int:
         """Items that fit in one request: every item needs a token."""
         return min(self.max_items, self.max_seq_len)
+
+    @property
+    def tape_size(self) -> int:
+        """Bytes enough for every choice of one request (see ``draw_request``); the rest reads as zeros."""
+        cap, spans, places = self.item_cap, self.max_spans_per_item, self.max_seq_len + 1
+        point = width(2 * places)
+        item = 1 + width(2 * spans + 1) + width(16 * max(cap, 1)) + spans * width(4 * places * places)
+        size = width(cap + 1) + width(HASH_BASE_LIMIT + 1) + cap * item + 3 * point
+        return min(size, MAX_TAPE)
 
 
 def check_shape(*, max_items: int, max_spans_per_item: int, max_seq_len: int) -> RequestShape:
@@ -68,7 +81,7 @@ def window_points(seq_len: int, spans: list[Span] | tuple[Span, ...]) -> list[in
     return sorted(p for p in points if 0 <= p <= seq_len)
 
 
-def draw_window(draw: DrawFn, seq_len: int, points: list[int]) -> tuple[int, int]:
+def draw_window(draw: DrawFn | Tape, seq_len: int, points: list[int]) -> tuple[int, int]:
     """``(prefix_len, extend_len)``, shrinking toward the whole sequence in one chunk.
 
     The window end is drawn as a distance from ``seq_len`` so that its simplest
@@ -82,7 +95,7 @@ def draw_window(draw: DrawFn, seq_len: int, points: list[int]) -> tuple[int, int
 
 
 def draw_request(
-    draw: DrawFn, shape: RequestShape, pool: HashPool, *, min_items: int = 0
+    draw: DrawFn | Tape, shape: RequestShape, pool: HashPool, *, min_items: int = 0
 ) -> RequestDraft:
     count = integer(draw, min_items, shape.item_cap)
     stop = shape.max_seq_len
@@ -95,12 +108,11 @@ def draw_request(
     return RequestDraft(seq_len, prefix, extend, tuple(items))
 
 
-@st.composite
-def request_drafts(
+def draw_request_draft(
     draw: DrawFn, shape: RequestShape, pool: HashPool, min_items: int
 ) -> RequestDraft:
-    """One request as one span of choices, so that the shrinker can delete it whole."""
-    return draw_request(draw, shape, pool, min_items=min_items)
+    """One request as one choice (a tape), so that the shrinker can delete it whole."""
+    return draw_request(draw_tape(draw, shape.tape_size), shape, pool, min_items=min_items)
 
 
 @st.composite
@@ -113,7 +125,7 @@ def _requests(
     collisions: bool,
 ) -> Request:
     pool = HashPool(duplicates=duplicates, collisions=collisions)
-    draft = draw_request(draw, shape, pool, min_items=min_items)
+    draft = draw_request_draft(draw, shape, pool, min_items)
     (flags,) = draw_coverage(draw, [len(draft.items)], coverage)
     return draft.build(flags)
 

@@ -16,7 +16,7 @@ from hypothesis.errors import InvalidArgument
 from hypothesis.strategies import DrawFn, SearchStrategy
 
 from harness.model import Span
-from strategies._internal.choices import Biased, integer, pick, pick_pair
+from strategies._internal.choices import Biased, Tape, integer, pick, pick_pair
 from strategies._internal.validation import check_int, check_order
 
 GAP_FAVOURED = (0, 0, 1)
@@ -24,7 +24,7 @@ GAP_FAVOURED = (0, 0, 1)
 
 
 def place_spans(
-    draw: DrawFn,
+    draw: DrawFn | Tape,
     *,
     start: int,
     stop: int,
