@@ -184,17 +184,9 @@ def dump(
     return document
 
 
-def dumps(
-    case: Case,
-    *,
-    check: str | None = None,
-    rule: str | None = None,
-    target: str | None = None,
-    note: str | None = None,
-    params: dict[str, int | list[int]] | None = None,
-) -> str:
+def dumps(case: Case, **provenance: Any) -> str:
     """``dump`` as text: fixed key order, indent 2, number arrays on one line, final newline."""
-    document = dump(case, check=check, rule=rule, target=target, note=note, params=params)
+    document = dump(case, **provenance)  # dump's keyword-only signature rejects a misspelt key
     return _compact_number_arrays(json.dumps(document, indent=2, ensure_ascii=False)) + "\n"
 
 
