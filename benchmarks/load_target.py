@@ -28,8 +28,9 @@ def _source(spec: str):
 
 def measure(spec: str) -> tuple[float, float]:
     """(first load, median warm load) in milliseconds, each building a full SGLangTarget."""
-    from harness.targets import loader
     from harness.targets.sglang import SGLangTarget
+
+    from harness.targets import loader
 
     source = _source(spec)
     started = time.perf_counter()

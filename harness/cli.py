@@ -1,4 +1,4 @@
-"""``mmharness``: check, replay, targets, checks. Exit 0 pass, 1 divergence, 2 usage error.
+"""``mmharness``: check, replay, matrix, targets, checks, fuzz.
 
 Imports stay inside the commands so that ``mmharness --help`` never loads torch.
 """
@@ -11,8 +11,13 @@ import os
 import sys
 from pathlib import Path
 
-USAGE_ERROR = 2
-INTERRUPTED = 130
+PASSED_EXIT, DIVERGED, USAGE_ERROR, COULD_NOT_TEST_EXIT, INTERRUPTED = 0, 1, 2, 3, 130
+EXIT_CODES = """exit codes:
+  0    every check passed (hazards shown; skips are functions the target lacks)
+  1    a divergence (under --strict: also a hazard or a could-not-test)
+  2    usage error: bad option, unreadable file, unloadable target
+  3    the harness could not test part of the target (nothing diverged)
+  130  interrupted"""
 
 
 class UsageError(Exception):
@@ -23,10 +28,17 @@ def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="mmharness",
         description="Property-based tests for the multimodal scheduling rules of LLM serving engines.",
+        epilog=EXIT_CODES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    check = sub.add_parser("check", help="run checks against a target")
+    check = sub.add_parser(
+        "check",
+        help="run checks against a target",
+        epilog=EXIT_CODES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     check.add_argument("--target", default="reference", help="target spec (default: reference)")
     check.add_argument(
         "--checks",
@@ -40,7 +52,12 @@ def _parser() -> argparse.ArgumentParser:
     check.add_argument("--seed", type=int, metavar="N")
     check.add_argument("--junit", metavar="FILE", help="write a JUnit XML report")
     check.add_argument("--json", metavar="FILE", help="write a JSON report")
-    check.add_argument("--baseline", metavar="FILE", help="a JSON report of known findings to tolerate")
+    check.add_argument(
+        "--baseline",
+        metavar="FILE",
+        help="known findings to tolerate, by how they failed (a --write-baseline file or a --json report)",
+    )
+    check.add_argument("--write-baseline", metavar="FILE", help="write this run's findings as a baseline")
     check.add_argument("--strict", action="store_true", help="hazards fail the run too")
     check.add_argument(
         "--findings",
@@ -67,6 +84,10 @@ def _parser() -> argparse.ArgumentParser:
     matrix.add_argument("--max-examples", type=int, metavar="N")
     matrix.add_argument("--json", metavar="FILE", help="write the table as JSON")
     matrix.add_argument("--strict", action="store_true", help="hazards count as failing")
+    matrix.add_argument(
+        "-n", "--workers", type=int, default=1, metavar="N", help="targets run in N processes (default 1)"
+    )
+    matrix.add_argument("--seed", type=int, metavar="N")
 
     targets = sub.add_parser("targets", help="list targets, or describe one")
     targets.add_argument("spec", nargs="?")
@@ -117,14 +138,21 @@ def _parser() -> argparse.ArgumentParser:
 
 
 CASE_PARSER = "case-parser"
-ENGINE_FUZZERS = "harness.fuzz.sglang_parsers"
-FUZZ_PARSERS = {
-    CASE_PARSER: "harness.fuzz.case_parser",
-    "sglang-image-data": ENGINE_FUZZERS,
-    "sglang-mm-data": ENGINE_FUZZERS,
-    "sglang-mm-items": ENGINE_FUZZERS,
-}
-"""Fuzz target name -> the module holding its entry point (the engine ones share one module)."""
+
+
+def _fuzz_parsers() -> dict[str, str]:
+    """Fuzz target name -> the module holding its entry point: the case parser's, then each engine's."""
+    import importlib
+
+    from harness.targets.specs import ENGINES
+
+    parsers = {CASE_PARSER: "harness.fuzz.case_parser"}
+    for engine in ENGINES:
+        parsers.update(importlib.import_module(engine).FUZZ_TARGETS)
+    return parsers
+
+
+FUZZ_PARSERS = _fuzz_parsers()
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -175,21 +203,6 @@ def _selected_checks(groups: list[str] | None):
         raise UsageError(f"unknown check {error.args[0]!r}; `mmharness checks` lists them") from None
 
 
-def _baseline(path: str | None, target: str) -> set[tuple[str, str]]:
-    """(check, device) of the findings a --json report of the same target recorded."""
-    if path is None:
-        return set()
-    try:
-        data = json.loads(Path(path).read_text())
-        known = {(r["check"], r["device"]) for r in data["results"] if r["status"] in ("failed", "hazard")}
-        recorded = data["target"]
-    except (OSError, ValueError, KeyError, TypeError) as error:
-        raise UsageError(f"--baseline {path}: not a report written by --json ({error})") from None
-    if recorded != target:
-        raise UsageError(f"--baseline {path}: recorded for target {recorded!r}, not {target!r}")
-    return known
-
-
 def _writable(option: str, path: str | None, *, directory: bool = False) -> None:
     """Refuse an output path before any check runs, not after all of them."""
     if path is None:
@@ -207,20 +220,23 @@ def _writable(option: str, path: str | None, *, directory: bool = False) -> None
 
 
 def _check(args: argparse.Namespace) -> int:
-    from harness import report
-    from harness.runner import FAILED, HAZARD, cuda_available, is_divergence, run_check
+    from harness import baseline, report
+    from harness.runner import cuda_available, run_check
 
     target = _target(args.target)
     checks = _selected_checks(args.checks)
-    known = _baseline(args.baseline, args.target)
     _check_max_examples(args.max_examples)
+    current = baseline.identity(target, args.target)
+    known = _baseline(args.baseline, current)
     _writable("--findings", args.findings, directory=True)
     _writable("--json", args.json)
     _writable("--junit", args.junit)
+    _writable("--write-baseline", args.write_baseline)
     devices = ["cpu", "cuda"] if args.device == "all" else [args.device]
     if args.device == "cuda" and not cuda_available():
         raise UsageError("--device cuda: no CUDA device is visible (try --device cpu)")
     color = report.use_color(sys.stdout)
+    _print_header(target, args.target)
     results = []
     interrupted = False
     try:
@@ -234,38 +250,80 @@ def _check(args: argparse.Namespace) -> int:
                     max_examples=args.max_examples,
                     seed=args.seed,
                 )
-                if result.status in (FAILED, HAZARD) and result.example:
-                    result.saved = report.save(result, args.target, Path(args.findings))
+                for finding in result.findings:
+                    if finding.example is not None:
+                        finding.saved = report.save(result, finding, args.target, Path(args.findings))
                 results.append(result)
                 print(report.result_line(result, color=color), flush=True)
     except KeyboardInterrupt:  # report what ran; the findings are already saved
         interrupted = True
         print("\ninterrupted: reporting the checks that finished", flush=True)
+    tolerated = 0
     for result in results:
-        if result.status in (FAILED, HAZARD):
-            print("\n" + report.failure_details(result, args.target))
-    print("\n" + report.summary(results))
+        for finding in result.findings:
+            known_one = known is not None and known.tolerates(result, finding)
+            tolerated += known_one
+            note = "  (tolerated: in the baseline)" if known_one else ""
+            print("\n" + report.finding_details(result, finding, args.target) + note)
+    tolerance = f"; {tolerated} finding(s) tolerated by the baseline" if known else ""
+    print("\n" + report.summary(results) + tolerance)
+    for entry in known.stale(results) if known else ():
+        print(f"stale baseline entry (did not reproduce): {entry.check} [{entry.device}] {entry.signature}")
     if args.json:
-        data = report.as_json(results, args.target, strict=args.strict)
+        data = report.as_json(
+            results, args.target, strict=args.strict, identity=current, interrupted=interrupted
+        )
         report.write(args.json, json.dumps(data, indent=2) + "\n")
     if args.junit:
         report.write(args.junit, report.as_junit(results, args.target, strict=args.strict))
+    if args.write_baseline:
+        report.write(args.write_baseline, json.dumps(baseline.dump(results, current), indent=2) + "\n")
     if interrupted:
         return INTERRUPTED
-    failing = [
-        r for r in results if is_divergence(r, strict=args.strict) and (r.check.id, r.device) not in known
-    ]
-    return 1 if failing else 0
+    new = [f.kind for r in results for f in r.findings if known is None or not known.tolerates(r, f)]
+    return _exit_code(new, strict=args.strict)
+
+
+def _exit_code(kinds: list[str], *, strict: bool) -> int:
+    """From the kinds of the findings (or the statuses of the results) that count against a run."""
+    from harness.checks.outcome import COULD_NOT_TEST
+    from harness.runner import fails_run
+
+    if any(fails_run(kind, strict=strict) for kind in kinds):
+        return DIVERGED
+    return COULD_NOT_TEST_EXIT if COULD_NOT_TEST in kinds else PASSED_EXIT
+
+
+def _baseline(path: str | None, current: dict):
+    if path is None:
+        return None
+    from harness import baseline
+
+    try:
+        return baseline.load(path, current)
+    except baseline.BaselineError as error:
+        raise UsageError(f"--baseline {error}") from None
+
+
+def _print_header(target, spec: str) -> None:
+    """The target and what a user should know before reading its verdicts (stubs, missing modules)."""
+    described = target.describe()
+    release = described.get("release")
+    print(f"target: {spec}" + (f" (release {release})" if release and release != spec else ""))
+    notes = target.notes() if hasattr(target, "notes") else []
+    for note in notes:
+        print(f"  note: {note}")
+    print(flush=True)
 
 
 def _replay(args: argparse.Namespace) -> int:
     from harness import payload, report
     from harness.checks import all_checks
     from harness.checks.common import params_problem
-    from harness.runner import is_divergence, replay
+    from harness.runner import replay
 
     checks = all_checks()
-    worst = 0
+    results = []
     for path in args.cases:
         try:
             document = payload.load_document(path)
@@ -279,12 +337,13 @@ def _replay(args: argparse.Namespace) -> int:
             raise UsageError(f"{path}: {problem}")
         spec = args.target or document.provenance.get("target", "reference")
         result = replay(checks[check_id], _target(spec), (document.case, document.params))
-        result.saved = path
+        for finding in result.findings:
+            finding.saved = path
         print(report.result_line(result, color=report.use_color(sys.stdout)) + f"  [{path}]")
-        if result.failure:
+        if result.findings:
             print(report.failure_details(result, spec))
-        worst = max(worst, int(is_divergence(result)))
-    return worst
+        results.append(result)
+    return _exit_code([result.status for result in results], strict=False)
 
 
 def _matrix(args: argparse.Namespace) -> int:
@@ -293,20 +352,29 @@ def _matrix(args: argparse.Namespace) -> int:
 
     checks = _selected_checks(args.checks)
     _check_max_examples(args.max_examples)
+    if args.workers < 1:
+        raise UsageError(f"--workers must be >= 1, got {args.workers}")
     _writable("--json", args.json)
 
-    def progress(spec: str, result) -> None:
-        shown = "could not load" if result is None else f"{result.check.id}: {result.status}"
+    def progress(spec: str, cells: int | None) -> None:
+        shown = "could not load" if cells is None else f"{cells} checks"
         print(f"  {spec}: {shown}", file=sys.stderr, flush=True)
 
-    matrix = run_matrix(args.targets, checks, args.profile, max_examples=args.max_examples, progress=progress)
+    matrix = run_matrix(
+        args.targets,
+        checks,
+        args.profile,
+        max_examples=args.max_examples,
+        seed=args.seed,
+        workers=args.workers,
+        progress=progress,
+    )
     print(render(matrix, color=report.use_color(sys.stdout), strict=args.strict))
     if args.json:
         report.write(args.json, json.dumps(matrix.as_json(strict=args.strict), indent=2) + "\n")
     if matrix.target_errors:
         return USAGE_ERROR
-    failing = any(matrix.first_failing(check.id, strict=args.strict) for check in checks)
-    return 1 if failing else 0
+    return _exit_code([cell.status for cell in matrix.cells.values()], strict=args.strict)
 
 
 def _check_max_examples(value: int | None) -> None:

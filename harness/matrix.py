@@ -1,36 +1,68 @@
-"""``mmharness matrix``: the selected checks against several targets; where each first fails.
+"""``mmharness matrix``: checks against several targets; where each way of failing starts and ends.
 
-Targets are taken in the order given (list releases oldest first and "first
-failing" reads as "first failing release"). A target that cannot be loaded gets
-an ``error`` cell in every row, with its one-line reason, and never stops the others.
+Targets are taken in the order given (list releases oldest first, and "first"
+and "last" read as releases). Each cell keeps the signatures of its findings,
+so the matrix says, per check and per distinct way of failing, the first and
+the last target that shows it: the release atlas. A target that cannot be
+loaded gets an ``error`` cell in every row, with its one-line reason, and never
+stops the others. With ``workers > 1`` targets run in that many processes;
+the cells are the same as a serial run's.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
+from harness.checks.outcome import COULD_NOT_TEST, DIVERGENCE, HAZARD
 from harness.checks.registry import Check
-from harness.runner import FAILED, HAZARD, PASSED, SKIPPED, Result, run_check
+from harness.runner import PASSED, SKIPPED, fails_run, run_check
 
 ERROR = "error"
-SYMBOLS = {PASSED: "pass", FAILED: "FAIL", HAZARD: "hazard", SKIPPED: "skip", ERROR: "error"}
-_COLORS = {PASSED: "32", FAILED: "31", HAZARD: "33", SKIPPED: "2", ERROR: "35"}
+SYMBOLS = {
+    PASSED: "pass",
+    DIVERGENCE: "DIVERGE",
+    HAZARD: "hazard",
+    COULD_NOT_TEST: "no-test",
+    SKIPPED: "skip",
+    ERROR: "error",
+}
+_COLORS = {PASSED: "32", DIVERGENCE: "31", HAZARD: "33", COULD_NOT_TEST: "35", SKIPPED: "2", ERROR: "35"}
 
 
 @dataclass(frozen=True)
 class Cell:
-    """One check on one target: its status, why (for anything but a pass), examples run."""
+    """One check on one target: status, why, examples run, each finding's (kind, signature, message)."""
 
     status: str
     reason: str = ""
     examples_run: int = 0
+    findings: tuple[tuple[str, str, str], ...] = ()
+
+
+@dataclass(frozen=True)
+class Span:
+    """One way a check fails, across the targets: its kind and the first and last target showing it."""
+
+    kind: str
+    signature: str
+    message: str
+    targets: tuple[str, ...]
+
+    @property
+    def first(self) -> str:
+        return self.targets[0]
+
+    @property
+    def last(self) -> str:
+        return self.targets[-1]
 
 
 @dataclass
 class Matrix:
-    """Check x target statuses, in the order checks and targets were given."""
+    """Check x target cells, in the order checks and targets were given."""
 
     targets: list[str]
     checks: list[str]
@@ -43,12 +75,22 @@ class Matrix:
 
     def first_failing(self, check_id: str, *, strict: bool = False) -> str | None:
         """The first target (in the order given) it fails on; hazards count when ``strict``."""
-        failing = {FAILED, HAZARD} if strict else {FAILED}
-        return next((t for t in self.targets if self.cell(check_id, t).status in failing), None)
+        failing = (t for t in self.targets if fails_run(self.cell(check_id, t).status, strict=strict))
+        return next(failing, None)
+
+    def spans(self, check_id: str) -> list[Span]:
+        """Each distinct way the check fails, with the targets that show it, in target order."""
+        seen: dict[str, tuple[str, str, list[str]]] = {}
+        for target in self.targets:
+            for kind, signature, message in self.cell(check_id, target).findings:
+                seen.setdefault(signature, (kind, message, []))[2].append(target)
+        order = (DIVERGENCE, COULD_NOT_TEST, HAZARD)
+        spans = [Span(kind, sig, message, tuple(ts)) for sig, (kind, message, ts) in seen.items()]
+        return sorted(spans, key=lambda s: (order.index(s.kind), self.targets.index(s.first), s.signature))
 
     def as_json(self, *, strict: bool = False) -> dict[str, Any]:
         return {
-            "format": "mmharness.matrix/1",
+            "format": "mmharness.matrix/2",
             "targets": [
                 {"spec": t, "release": self.releases.get(t), "error": self.target_errors.get(t)}
                 for t in self.targets
@@ -57,11 +99,23 @@ class Matrix:
                 {
                     "id": c,
                     "first_failing": self.first_failing(c, strict=strict),
+                    "findings": [
+                        {
+                            "kind": s.kind,
+                            "signature": s.signature,
+                            "message": s.message,
+                            "first": s.first,
+                            "last": s.last,
+                            "targets": list(s.targets),
+                        }
+                        for s in self.spans(c)
+                    ],
                     "results": {
                         t: {
                             "status": self.cell(c, t).status,
                             "reason": self.cell(c, t).reason,
                             "examples": self.cell(c, t).examples_run,
+                            "signatures": [sig for _, sig, _ in self.cell(c, t).findings],
                         }
                         for t in self.targets
                     },
@@ -71,46 +125,64 @@ class Matrix:
         }
 
 
+def _column(
+    spec: str, check_ids: Sequence[str], profile: str, max_examples: int | None, seed: int | None
+) -> tuple[str | None, str | None, dict[str, Cell]]:
+    """One target's cells: ``(release, load error, check id -> cell)``; runs in a worker process."""
+    from harness.checks import all_checks
+    from harness.targets.base import TargetError
+    from harness.targets.specs import resolve
+
+    try:
+        target = resolve(spec)
+    except TargetError as error:
+        return None, str(error), {c: Cell(ERROR, str(error)) for c in check_ids}
+    release = target.describe().get("release")
+    checks = all_checks()
+    cells = {}
+    for check_id in check_ids:
+        result = run_check(checks[check_id], target, profile=profile, max_examples=max_examples, seed=seed)
+        findings = tuple((f.kind, f.signature, f.failure.message) for f in result.findings)
+        cells[check_id] = Cell(result.status, result.reason, result.examples_run, findings)
+    return (str(release) if release else None), None, cells
+
+
 def run_matrix(
     specs: Sequence[str],
     checks: Sequence[Check],
     profile: str = "ci",
     *,
-    device: str = "cpu",
     max_examples: int | None = None,
     seed: int | None = None,
-    progress: Callable[[str, Result | None], None] | None = None,
+    workers: int = 1,
+    progress: Callable[[str, int | None], None] | None = None,
 ) -> Matrix:
     """Run each check on each target; a target that does not load gets errors in its column."""
-    from harness.targets.base import TargetError
-    from harness.targets.specs import resolve
-
     matrix = Matrix(targets=list(specs), checks=[c.id for c in checks])
-    for spec in specs:
-        try:
-            target = resolve(spec)
-        except TargetError as error:
-            matrix.target_errors[spec] = str(error)
-            for check in checks:
-                matrix.cells[(check.id, spec)] = Cell(ERROR, str(error))
-            if progress:
-                progress(spec, None)
-            continue
-        release = target.describe().get("release")
-        if release:
-            matrix.releases[spec] = str(release)
-        for check in checks:
-            result = run_check(
-                check, target, profile=profile, device=device, max_examples=max_examples, seed=seed
-            )
-            matrix.cells[(check.id, spec)] = Cell(result.status, result.reason, result.examples_run)
-            if progress:
-                progress(spec, result)
+    args = [(spec, matrix.checks, profile, max_examples, seed) for spec in specs]
+    if workers > 1 and len(specs) > 1:
+        with ProcessPoolExecutor(max_workers=min(workers, len(specs))) as pool:
+            columns = pool.map(_column, *zip(*args, strict=True))
+            _collect(matrix, specs, columns, progress)
+    else:
+        _collect(matrix, specs, (_column(*a) for a in args), progress)
     return matrix
 
 
+def _collect(matrix: Matrix, specs: Sequence[str], columns, progress) -> None:
+    for spec, (release, error, cells) in zip(specs, columns, strict=True):
+        if error is not None:
+            matrix.target_errors[spec] = error
+        if release:
+            matrix.releases[spec] = release
+        for check_id, cell in cells.items():
+            matrix.cells[(check_id, spec)] = cell
+        if progress:
+            progress(spec, None if error else len(cells))
+
+
 def render(matrix: Matrix, *, color: bool = False, strict: bool = False) -> str:
-    """A fixed-width table: a row per check, a column per target, then the first failing target."""
+    """A fixed-width table (a row per check, a column per target), then each way of failing with its span."""
     headers = ["check", *matrix.targets, "first failing"]
     rows = []
     for check_id in matrix.checks:
@@ -129,6 +201,10 @@ def render(matrix: Matrix, *, color: bool = False, strict: bool = False) -> str:
     for check_id, statuses, first in rows:
         cells = [paint(s, w) for s, w in zip(statuses, widths[1:-1], strict=True)]
         lines.append("  ".join([check_id.ljust(widths[0]), *cells, first]).rstrip())
+    for check_id in matrix.checks:
+        for span in matrix.spans(check_id):
+            where = span.first if span.first == span.last else f"{span.first} .. {span.last}"
+            lines.append(f"{check_id} [{span.kind}] {where} ({len(span.targets)}): {span.signature}")
     for spec, error in matrix.target_errors.items():
         lines.append(f"{spec}: {error}")
     return "\n".join(lines)

@@ -97,7 +97,15 @@ def items_in_windows(case: Case) -> set[tuple[int, int]]:
 
 def has_collision(case: Case) -> bool:
     """Whether two items inside windows share a hash but not a token count (R3's adversarial case)."""
-    keys = items_in_windows(case)
+    return _collide(items_in_windows(case))
+
+
+def has_any_collision(case: Case) -> bool:
+    """Whether any two items of the batch share a hash but not a token count."""
+    return _collide({(item.hash, item.token_count) for _, _, item in case.items()})
+
+
+def _collide(keys: set[tuple[int, int]]) -> bool:
     return len({h for h, _ in keys}) < len(keys)
 
 

@@ -1,4 +1,10 @@
-"""Findings out: result lines, failure details, saved cases, JSON and JUnit reports."""
+"""Findings out: result lines, failure details, saved cases, JSON and JUnit reports.
+
+Every finding has a kind (docs/rules.md, "Verdicts"): a *divergence* fails the
+run; a *hazard* is shown and fails only under ``--strict``; *could not test*
+(the harness could not drive the engine there) is never an engine verdict and
+has an exit code of its own; a *skip* is a function the target lacks.
+"""
 
 from __future__ import annotations
 
@@ -9,10 +15,18 @@ from pathlib import Path
 from typing import TextIO
 from xml.etree import ElementTree
 
-from harness.runner import FAILED, HAZARD, PASSED, SKIPPED, Result
+from harness.checks.outcome import COULD_NOT_TEST, DIVERGENCE, HAZARD
+from harness.runner import PASSED, SKIPPED, Finding, Result, fails_run
 
-_COLORS = {PASSED: "32", FAILED: "31", HAZARD: "33", SKIPPED: "2"}
-_LABELS = {PASSED: "PASS", FAILED: "FAIL", HAZARD: "HAZARD", SKIPPED: "SKIP"}
+_COLORS = {PASSED: "32", DIVERGENCE: "31", HAZARD: "33", COULD_NOT_TEST: "35", SKIPPED: "2"}
+LABELS = {
+    PASSED: "PASS",
+    DIVERGENCE: "DIVERGENCE",
+    HAZARD: "HAZARD",
+    COULD_NOT_TEST: "COULD-NOT-TEST",
+    SKIPPED: "SKIP",
+}
+_WIDTH = max(map(len, LABELS.values()))
 
 
 def use_color(stream: TextIO) -> bool:
@@ -20,34 +34,38 @@ def use_color(stream: TextIO) -> bool:
 
 
 def result_line(result: Result, *, color: bool = False) -> str:
-    label = _LABELS[result.status]
+    label = LABELS[result.status].ljust(_WIDTH)
     if color:
         label = f"\033[{_COLORS[result.status]}m{label}\033[0m"
     check = result.check
-    detail = {
-        PASSED: f"{result.examples_run} examples",
-        SKIPPED: result.reason,
-    }.get(result.status, f"after {result.first_failure_at} examples: {result.reason}")
+    if result.status == PASSED:
+        detail = f"{result.examples_run} examples"
+    elif result.status == SKIPPED:
+        detail = result.reason
+    else:
+        ways = len(result.findings)
+        more = f" (+{ways - 1} more way{'s' if ways > 2 else ''} of failing)" if ways > 1 else ""
+        detail = f"after {result.first_failure_at} examples: {result.reason}{more}"
     device = f" [{result.device}]" if result.device != "cpu" else ""
-    return f"{label:<6} {check.id} ({check.rule}){device}  {detail}"
+    return f"{label} {check.id} ({check.rule}){device}  {detail}"
 
 
 def replay_command(path: str, target_spec: str) -> str:
     return f"mmharness replay {shlex.quote(path)} --target {shlex.quote(target_spec)}"
 
 
-def save(result: Result, target_spec: str, directory: Path) -> str:
-    """Write the shrunk example as a case document; return its path."""
+def save(result: Result, finding: Finding, target_spec: str, directory: Path) -> str:
+    """Write a finding's shrunk example as a case document; return its path."""
     from harness import payload
 
-    case, params = result.example
+    case, params = finding.example
     text = payload.dumps(
         case,
         check=result.check.id,
         rule=result.check.rule,
         target=target_spec,
         params=params,
-        note=result.reason,
+        note=f"{finding.kind}: {finding.failure.message}",
     )
     digest = hashlib.sha1(text.encode()).hexdigest()[:10]
     directory.mkdir(parents=True, exist_ok=True)
@@ -56,43 +74,67 @@ def save(result: Result, target_spec: str, directory: Path) -> str:
     return str(path)
 
 
-def failure_details(result: Result, target_spec: str) -> str:
-    """Everything a maintainer needs to see a failure and reproduce it with one command."""
+def case_hash(finding: Finding) -> str | None:
+    """A short hash of a finding's shrunk case, to tell two baselined cases apart."""
+    if finding.example is None:
+        return None
     from harness import payload
 
-    failure = result.failure
+    case, params = finding.example
+    return hashlib.sha1(payload.dumps(case, params=params).encode()).hexdigest()[:10]
+
+
+def failure_details(result: Result, target_spec: str) -> str:
+    """Every finding of a result, with what a maintainer needs to see and reproduce each."""
+    return "\n".join(finding_details(result, finding, target_spec) for finding in result.findings)
+
+
+def finding_details(result: Result, finding: Finding, target_spec: str) -> str:
+    from harness import payload
+
+    failure = finding.failure
     lines = [
-        f"--- {_LABELS[result.status]} {result.check.id} (rule {result.check.rule}) on {target_spec}",
+        f"--- {LABELS[finding.kind]} {result.check.id} (rule {result.check.rule}) on {target_spec}",
         f"    {result.check.doc}",
         f"    {failure.message}",
+        f"    signature: {finding.signature}",
         f"    expected: {failure.expected}",
         f"    actual:   {failure.actual}",
     ]
-    if result.example:
-        case, params = result.example
+    if finding.example:
+        case, params = finding.example
         lines.append("    shrunk case:")
         lines += ("      " + line for line in payload.dumps(case, params=params).splitlines())
-    if result.saved:
+    if finding.saved:
         lines += [
-            f"    saved to: {result.saved}",
-            f"    reproduce with: {replay_command(result.saved, target_spec)}",
+            f"    saved to: {finding.saved}",
+            f"    reproduce with: {replay_command(finding.saved, target_spec)}",
         ]
     return "\n".join(lines)
 
 
 def summary(results: list[Result]) -> str:
-    counts = {status: sum(r.status == status for r in results) for status in _LABELS}
+    counts = {status: sum(r.status == status for r in results) for status in LABELS}
     return (
-        f"{counts[PASSED]} passed, {counts[FAILED]} failed, "
-        f"{counts[HAZARD]} hazards, {counts[SKIPPED]} skipped"
+        f"{counts[PASSED]} passed, {counts[DIVERGENCE]} diverged, {counts[HAZARD]} hazards,"
+        f" {counts[COULD_NOT_TEST]} could not test, {counts[SKIPPED]} skipped"
     )
 
 
-def as_json(results: list[Result], target_spec: str, *, strict: bool = False) -> dict:
+def as_json(
+    results: list[Result],
+    target_spec: str,
+    *,
+    strict: bool = False,
+    identity: dict | None = None,
+    interrupted: bool = False,
+) -> dict:
     return {
-        "format": "mmharness.report/1",
+        "format": "mmharness.report/2",
         "target": target_spec,
+        "identity": identity or {},
         "strict": strict,
+        "interrupted": interrupted,
         "results": [
             {
                 "check": r.check.id,
@@ -103,9 +145,19 @@ def as_json(results: list[Result], target_spec: str, *, strict: bool = False) ->
                 "reason": r.reason,
                 "examples": r.examples_run,
                 "first_failure_at": r.first_failure_at,
-                "saved": r.saved,
-                "expected": r.failure.expected if r.failure else None,
-                "actual": r.failure.actual if r.failure else None,
+                "findings": [
+                    {
+                        "kind": f.kind,
+                        "signature": f.signature,
+                        "message": f.failure.message,
+                        "expected": f.failure.expected,
+                        "actual": f.failure.actual,
+                        "first_failure_at": f.first_failure_at,
+                        "case_hash": case_hash(f),
+                        "saved": f.saved,
+                    }
+                    for f in r.findings
+                ],
             }
             for r in results
         ],
@@ -113,13 +165,13 @@ def as_json(results: list[Result], target_spec: str, *, strict: bool = False) ->
 
 
 def as_junit(results: list[Result], target_spec: str, *, strict: bool = False) -> str:
-    """JUnit XML: one testcase per check; hazards pass with a system-out note, or fail under strict."""
-    failing = (FAILED, HAZARD) if strict else (FAILED,)
+    """JUnit XML: a testcase per check; divergences fail, could-not-test errs, hazards fail under strict."""
     suite = ElementTree.Element(
         "testsuite",
         name=f"mmharness[{target_spec}]",
         tests=str(len(results)),
-        failures=str(sum(r.status in failing for r in results)),
+        failures=str(sum(fails_run(r.status, strict=strict) and r.status != COULD_NOT_TEST for r in results)),
+        errors=str(sum(r.status == COULD_NOT_TEST for r in results)),
         skipped=str(sum(r.status == SKIPPED for r in results)),
     )
     for r in results:
@@ -129,12 +181,15 @@ def as_junit(results: list[Result], target_spec: str, *, strict: bool = False) -
             classname=f"mmharness.{r.check.rule}",
             name=f"{r.check.id}[{r.device}]",
         )
-        if r.status in failing:
+        if r.status == COULD_NOT_TEST:
+            node = ElementTree.SubElement(case, "error", message=r.reason)
+            node.text = failure_details(r, target_spec)
+        elif fails_run(r.status, strict=strict):
             node = ElementTree.SubElement(case, "failure", message=r.reason)
             node.text = failure_details(r, target_spec)
         elif r.status == SKIPPED:
             ElementTree.SubElement(case, "skipped", message=r.reason)
-        elif r.status == HAZARD:
+        elif r.findings:
             ElementTree.SubElement(case, "system-out").text = failure_details(r, target_spec)
     return ElementTree.tostring(suite, encoding="unicode")
 

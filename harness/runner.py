@@ -1,25 +1,65 @@
 """Runs checks against a target with Hypothesis, and turns each run into a ``Result``.
 
-The runner owns the Hypothesis settings (profiles), counts examples, keeps the
-shrunk failing example, and never lets one check's crash end the run.
+The runner owns the Hypothesis settings (profiles), counts examples, keeps one
+shrunk example per distinct way of failing, and never lets one check's crash
+end the run.
+
+How a check keeps looking after its first failure: each failure has a
+*signature* (``Failure.signature``: the exception's class and place, or the
+kind of row difference). Hypothesis sees each signature as its own exception
+type, so it shrinks every one separately and never slips from one to another.
+When a search round ends with findings, the next round starts from a fresh
+seed with the rest of the example budget, and the signatures already found
+count as passing, so the budget goes to finding the next one. Every check
+draws its own sequence of cases (its seed is derived from its id), so checks
+that share a strategy do not test the same cases.
 """
 
 from __future__ import annotations
 
+import hashlib
+import random
 from dataclasses import dataclass, field
 from typing import Any
 
-from harness.checks.outcome import Failure, Hazard
+from harness.checks.outcome import (
+    COULD_NOT_TEST,
+    DIVERGENCE,
+    HAZARD,
+    CouldNotTest,
+    Failure,
+    could_not_test,
+    place,
+    template,
+)
 from harness.checks.registry import Check, Example
-from harness.targets.base import Target
+from harness.targets.base import Target, gap_in
 
-PASSED, FAILED, HAZARD, SKIPPED = "passed", "failed", "hazard", "skipped"
+PASSED, SKIPPED = "passed", "skipped"
+SEVERITY = (DIVERGENCE, COULD_NOT_TEST, HAZARD)
+"""Finding kinds, worst first: a check's status is its worst finding's kind."""
 
 PROFILES: dict[str, dict[str, Any]] = {
     "ci": {"max_examples": 100, "derandomize": True},
     "dev": {"max_examples": 300, "derandomize": False},
     "deep": {"max_examples": 3000, "derandomize": False},
 }
+"""``derandomize``: the same cases on every run (the seed comes from the check id alone)."""
+MAX_FINDINGS = 8
+"""Distinct signatures one check reports at most (each costs a shrink)."""
+
+
+@dataclass
+class Finding:
+    """One way a check failed: its kind, signature, the shrunk example and how soon it was found."""
+
+    kind: str
+    signature: str
+    failure: Failure
+    example: Example | None
+    first_failure_at: int | None
+    """How many examples ran until the first one failing this way (before shrinking)."""
+    saved: str | None = None
 
 
 @dataclass
@@ -28,24 +68,22 @@ class Result:
     status: str
     device: str = "cpu"
     reason: str = ""
-    example: Example | None = None
-    failure: Failure | None = None
+    """Why it was skipped, or the first finding's message."""
+    findings: list[Finding] = field(default_factory=list)
     examples_run: int = 0
-    first_failure_at: int | None = None
-    """How many examples ran until the first failing one (before shrinking)."""
-    saved: str | None = None
 
+    @property
+    def failure(self) -> Failure | None:
+        return self.findings[0].failure if self.findings else None
 
-@dataclass
-class _Tally:
-    count: int = 0
-    first_failure_at: int | None = None
-    last: tuple[Example, Failure] | None = field(default=None)
+    @property
+    def example(self) -> Example | None:
+        return self.findings[0].example if self.findings else None
 
-    def fail(self, example: Example, failure: Failure) -> None:
-        if self.first_failure_at is None:
-            self.first_failure_at = self.count
-        self.last = (example, failure)
+    @property
+    def first_failure_at(self) -> int | None:
+        found_at = [f.first_failure_at for f in self.findings if f.first_failure_at is not None]
+        return min(found_at, default=None)
 
 
 def cuda_available() -> bool:
@@ -55,18 +93,37 @@ def cuda_available() -> bool:
 
 
 def run_example(check: Check, target: Target, example: Example) -> None:
-    """Run one example; anything other than a ``Failure`` escaping the property becomes one."""
+    """Run one example; anything other than a ``Failure`` escaping the property becomes one.
+
+    An error escaping the property itself (not the target's, which ``observe``
+    captures) is the harness's or the adapter's: *could not test*.
+    """
     case, params = example
     try:
         check.property(target, case, params)
     except Failure:
         raise
     except Exception as error:
-        raise Failure(
-            f"{type(error).__name__} escaped the check: {error}",
+        gap = gap_in(error)
+        if gap is not None:
+            raise could_not_test(gap, error) from error
+        raise CouldNotTest(
+            f"the check itself raised {type(error).__name__}: {error}",
             expected="a comparable outcome",
             actual=f"{type(error).__name__}: {error}",
+            signature=f"check raised {type(error).__name__} at {place(error)}",
         ) from error
+
+
+def status_of(findings: list[Finding]) -> str:
+    kinds = {f.kind for f in findings}
+    return next((kind for kind in SEVERITY if kind in kinds), PASSED)
+
+
+def check_seed(check: Check, seed: int | None) -> int:
+    """The seed of a check's first round: from its id (and ``--seed``), so every check draws its own cases."""
+    text = check.id if seed is None else f"{check.id}/{seed}"
+    return int.from_bytes(hashlib.sha256(text.encode()).digest()[:8], "big")
 
 
 def run_check(
@@ -78,71 +135,149 @@ def run_check(
     max_examples: int | None = None,
     seed: int | None = None,
 ) -> Result:
-    """Run one check to its first (shrunk) failure or its example budget."""
+    """Run one check until its example budget is spent, keeping every distinct failure (shrunk)."""
     reason = skip_reason(check, target, device)
     if reason:
         return Result(check, SKIPPED, device, reason=reason)
-
-    from hypothesis import HealthCheck, Verbosity, given, settings
-    from hypothesis import seed as fixed_seed
-
-    options = dict(PROFILES[profile])
-    if max_examples is not None:
-        options["max_examples"] = max_examples
-    if seed is not None:
-        options["derandomize"] = False
-    tally = _Tally()
-
-    @settings(
-        **options,
-        database=None,
-        deadline=None,
-        report_multiple_bugs=False,
-        verbosity=Verbosity.quiet,
-        suppress_health_check=[HealthCheck.too_slow],
+    options = PROFILES[profile]
+    budget = max_examples if max_examples is not None else options["max_examples"]
+    if seed is None and not options["derandomize"]:
+        seed = random.getrandbits(32)
+    search = _Search(check, target, device, budget)
+    round_seed = check_seed(check, seed)
+    while search.spent < budget and len(search.findings) < MAX_FINDINGS:
+        if not search.round(round_seed):
+            break
+        round_seed = check_seed(check, round_seed)
+    findings = sorted(
+        search.findings.values(), key=lambda f: (SEVERITY.index(f.kind), f.first_failure_at or 0)
     )
-    @given(check.examples(device))
-    def prop(example: Example) -> None:
-        tally.count += 1
-        try:
-            run_example(check, target, example)
-        except Failure as failure:
-            tally.fail(example, failure)
-            raise
-
-    if seed is not None:
-        prop = fixed_seed(seed)(prop)
-    try:
-        prop()
-    except Failure:
-        example, failure = tally.last
-    except Exception as error:  # Hypothesis gave up: a flaky target, a health check, no examples
-        example = tally.last[0] if tally.last else None
-        summary = str(error).strip().splitlines()[0] if str(error).strip() else ""
-        failure = Failure(
-            f"the check could not finish: {type(error).__name__}: {summary}",
-            expected="the same outcome every time an example runs",
-            actual=f"{type(error).__name__} from Hypothesis",
-        )
-    else:
-        return Result(check, PASSED, device, examples_run=tally.count)
+    status = status_of(findings)
     return Result(
         check,
-        HAZARD if isinstance(failure, Hazard) else FAILED,
+        status,
         device,
-        reason=failure.message,
-        example=example,
-        failure=failure,
-        examples_run=tally.first_failure_at or tally.count,  # not the shrinker's replays
-        first_failure_at=tally.first_failure_at,
+        reason=findings[0].failure.message if findings else "",
+        findings=findings,
+        examples_run=min(search.spent, budget),
     )
+
+
+class _Found(Exception):
+    """Raised to Hypothesis for a failure; one subclass per signature keeps them apart."""
+
+    def __init__(self, failure: Failure, example: Example) -> None:
+        super().__init__(failure.message)
+        self.failure = failure
+        self.example = example
+
+
+_FOUND_TYPES: dict[str, type[_Found]] = {}
+
+
+def _found_type(signature: str) -> type[_Found]:
+    if signature not in _FOUND_TYPES:
+        _FOUND_TYPES[signature] = type("Found", (_Found,), {"signature": signature})
+    return _FOUND_TYPES[signature]
+
+
+@dataclass
+class _Search:
+    """One check's search: rounds of Hypothesis, the signatures found so far, the budget spent."""
+
+    check: Check
+    target: Target
+    device: str
+    budget: int
+    spent: int = 0
+    findings: dict[str, Finding] = field(default_factory=dict)
+
+    def round(self, round_seed: int) -> bool:
+        """One Hypothesis run over the rest of the budget; whether it found a new signature."""
+        from hypothesis import HealthCheck, Verbosity, given, settings
+        from hypothesis import seed as fixed_seed
+
+        known = set(self.findings)
+        first_seen: dict[str, int] = {}
+        calls = 0
+
+        @settings(
+            max_examples=self.budget - self.spent,
+            derandomize=False,
+            database=None,
+            deadline=None,
+            report_multiple_bugs=True,
+            print_blob=False,
+            verbosity=Verbosity.quiet,
+            suppress_health_check=[HealthCheck.too_slow],
+        )
+        @given(self.check.examples(self.device))
+        def prop(example: Example) -> None:
+            nonlocal calls
+            calls += 1
+            failure = None
+            try:
+                run_example(self.check, self.target, example)
+            except Failure as caught:
+                failure = caught
+            if failure is None or failure.signature in known:
+                return
+            first_seen.setdefault(failure.signature, calls)
+            raise _found_type(failure.signature)(failure, example)  # outside the except: no context
+
+        try:
+            fixed_seed(round_seed)(prop)()
+        except _Found as found:
+            self._keep([found], first_seen)
+        except Exception as error:  # several findings (a group), or Hypothesis gave up
+            from hypothesis.errors import Flaky
+
+            found = [e for e in getattr(error, "exceptions", ()) if isinstance(e, _Found)]
+            if isinstance(error, Flaky) or not found:
+                self._unfinished(error, first_seen)
+                return False
+            self._keep(found, first_seen)
+        else:
+            self.spent = self.budget
+            return False
+        return True
+
+    def _keep(self, found: list[_Found], first_seen: dict[str, int]) -> None:
+        spent_before = self.spent
+        for one in found:
+            signature = one.failure.signature
+            at = spent_before + first_seen.get(signature, 1)
+            self.findings.setdefault(
+                signature, Finding(one.failure.kind, signature, one.failure, one.example, at)
+            )
+            self.spent = max(self.spent, at)
+
+    def _unfinished(self, error: BaseException, first_seen: dict[str, int]) -> None:
+        """Hypothesis gave up (a flaky target, a health check): a finding of its own."""
+        from hypothesis.errors import Flaky
+
+        summary = str(error).strip().splitlines()[0] if str(error).strip() else ""
+        message = f"the check could not finish: {type(error).__name__}: {summary}"
+        kind = Failure if isinstance(error, Flaky) else CouldNotTest
+        failure = kind(
+            message,
+            expected="the same outcome every time an example runs",
+            actual=f"{type(error).__name__} from Hypothesis",
+            signature=template(f"could not finish: {type(error).__name__}"),
+        )
+        at = self.spent + (min(first_seen.values()) if first_seen else 1)
+        finding = Finding(failure.kind, failure.signature, failure, None, at)
+        self.findings.setdefault(failure.signature, finding)
+        self.spent = self.budget
 
 
 def skip_reason(check: Check, target: Target, device: str) -> str | None:
     """Why the check cannot run here (a missing capability, no CUDA), or ``None``."""
-    missing = check.needs - target.capabilities
+    missing = sorted(check.needs - target.capabilities)
     if missing:
-        return f"{target.name} lacks {', '.join(sorted(missing))}"
+        why = getattr(target, "missing", {})
+        reasons = [f"{name}: {why[name]}" if name in why else name for name in missing]
+        return f"{target.name} lacks {'; '.join(reasons)}"
     if (check.needs_cuda or device == "cuda") and not cuda_available():
         return "no CUDA device"
     return None
@@ -150,17 +285,18 @@ def skip_reason(check: Check, target: Target, device: str) -> str | None:
 
 def replay(check: Check, target: Target, example: Example) -> Result:
     """Run one saved example once, as ``mmharness replay`` does."""
-    reason = skip_reason(check, target, example[0].device)
+    device = example[0].device
+    reason = skip_reason(check, target, device)
     if reason:
-        return Result(check, SKIPPED, example[0].device, reason=reason, example=example)
+        return Result(check, SKIPPED, device, reason=reason)
     try:
         run_example(check, target, example)
     except Failure as failure:
-        status = HAZARD if isinstance(failure, Hazard) else FAILED
-        return Result(check, status, example[0].device, failure.message, example, failure, 1, 1)
-    return Result(check, PASSED, example[0].device, example=example, examples_run=1)
+        finding = Finding(failure.kind, failure.signature, failure, example, 1)
+        return Result(check, failure.kind, device, failure.message, [finding], 1)
+    return Result(check, PASSED, device, examples_run=1)
 
 
-def is_divergence(result: Result, *, strict: bool = False) -> bool:
-    """Whether the result fails the run (hazards only under ``--strict``)."""
-    return result.status == FAILED or (strict and result.status == HAZARD)
+def fails_run(status: str, *, strict: bool = False) -> bool:
+    """Whether a status fails the run: a divergence, or under ``--strict`` a hazard or could-not-test."""
+    return status == DIVERGENCE or (strict and status in (HAZARD, COULD_NOT_TEST))

@@ -10,7 +10,8 @@ from dataclasses import dataclass
 from functools import cache
 
 from harness.checks import all_checks
-from harness.runner import FAILED, HAZARD, run_check
+from harness.checks.outcome import DIVERGENCE, HAZARD
+from harness.runner import run_check
 from harness.targets.mutants import MUTANTS, mutant
 from harness.targets.reference import ReferenceTarget
 
@@ -33,10 +34,10 @@ def kill(name: str, *, profile: str = "ci") -> Kill:
     """Run the checks of the mutant's rule (then, if none kills it, the rest) against it.
 
     A kill is a status that fails the run and that the reference does not share:
-    FAILED, or HAZARD for a hazard mutant (which fails only under ``--strict``).
+    a divergence, or a hazard for a hazard mutant (which fails only under ``--strict``).
     """
     target, rule = mutant(name), MUTANTS[name].rule
-    killing = (FAILED, HAZARD) if MUTANTS[name].hazard else (FAILED,)
+    killing = (DIVERGENCE, HAZARD) if MUTANTS[name].hazard else (DIVERGENCE,)
     checks = list(all_checks().values())
     kills: list[tuple[int, str]] = []
     for group in ([c for c in checks if c.rule == rule], [c for c in checks if c.rule != rule]):

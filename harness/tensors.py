@@ -120,6 +120,21 @@ def input_ids(case: Case) -> tuple[torch.Tensor, torch.Tensor]:
     )
 
 
+def _owners(case: Case) -> dict[tuple, list[tuple[int, int, int]]]:
+    """Each item row's values -> every ``(request, item, row)`` holding them (equal hashes share rows)."""
+    owners: dict[tuple, list[tuple[int, int, int]]] = {}
+    for r, i, item in case.items():
+        for count in {item.row_count, item.token_count}:
+            rows = _block(item.hash, max(count, 0), case.hidden, case.dtype).tolist()
+            for k, row in enumerate(rows):
+                owners.setdefault(tuple(row), []).append((r, i, k))
+    return owners
+
+
+def _rows(tensor: torch.Tensor) -> list[tuple]:
+    return [tuple(row) for row in tensor.reshape(-1, tensor.shape[-1]).cpu().tolist()]
+
+
 def explain_rows(case: Case, tensor: torch.Tensor) -> str:
     """Name the source of each row, e.g. ``= r0.i1[2:6] r1.i0[0:1] ?``, so a diff reads as a story.
 
@@ -128,15 +143,11 @@ def explain_rows(case: Case, tensor: torch.Tensor) -> str:
     """
     if tensor.dim() < 1 or tensor.numel() == 0:
         return ""
-    owners: dict[tuple, tuple[int, int, int]] = {}
-    for r, i, item in case.items():
-        for count in {item.row_count, item.token_count}:
-            rows = _block(item.hash, max(count, 0), case.hidden, case.dtype).tolist()
-            for k, row in enumerate(rows):
-                owners.setdefault(tuple(row), (r, i, k))
+    owners = _owners(case)
     runs: list[list] = []
-    for row in tensor.reshape(-1, tensor.shape[-1]).cpu().tolist():
-        owner = owners.get(tuple(row))
+    for row in _rows(tensor):
+        found = owners.get(row)
+        owner = found[0] if found else None
         last = runs[-1] if runs else None
         if owner and last and last[0] == owner[:2] and last[2] == owner[2]:
             last[2] += 1
@@ -144,3 +155,26 @@ def explain_rows(case: Case, tensor: torch.Tensor) -> str:
             runs.append([owner[:2], owner[2], owner[2] + 1] if owner else [None, 0, 0])
     names = [f"r{o[0]}.i{o[1]}[{a}:{b}]" if o else "?" for o, a, b in runs]
     return " = " + " ".join(names)
+
+
+def row_difference(case: Case, expected: torch.Tensor, actual: torch.Tensor) -> str:
+    """How equally shaped tensors differ, as a kind a maintainer can act on.
+
+    ``rows out of order`` (the right rows, misplaced), ``rows of no item``
+    (values no item has: zeros, garbage, a bad cast), ``another request's rows``
+    (a row only other requests own), else ``wrong rows`` (rows of the right
+    request, from the wrong place).
+    """
+    wanted, got = _rows(expected), _rows(actual)
+    if sorted(wanted) == sorted(got):
+        return "rows out of order"
+    owners = _owners(case)
+    if any(row not in owners for row in got):
+        return "rows of no item"
+    for want, have in zip(wanted, got, strict=True):
+        if want == have:
+            continue
+        requests = {r for r, _, _ in owners.get(want, [])}
+        if requests and not requests & {r for r, _, _ in owners[have]}:
+            return "another request's rows"
+    return "wrong rows"

@@ -20,8 +20,8 @@ def run(capsys, *argv: str) -> tuple[int, str, str]:
 def test_reference_passes(capsys, tmp_path):
     code, out, _ = run(capsys, "check", "--checks", "R1", "--max-examples", "20", "--findings", str(tmp_path))
     assert code == 0
-    assert "PASS   chunk.matches_reference (R1)" in out
-    assert out.rstrip().endswith("0 failed, 0 hazards, 0 skipped")
+    assert "PASS           chunk.matches_reference (R1)" in out
+    assert out.rstrip().endswith("4 passed, 0 diverged, 0 hazards, 0 could not test, 0 skipped")
 
 
 def test_mutant_fails_and_its_finding_replays(capsys, tmp_path):
@@ -37,15 +37,17 @@ def test_mutant_fails_and_its_finding_replays(capsys, tmp_path):
         str(tmp_path),
     )
     assert code == 1
-    assert "FAIL   chunk.matches_reference (R1)" in out
+    assert "DIVERGENCE     chunk.matches_reference (R1)" in out
+    assert "signature: requests[...] chunk[...]: fewer rows" in out
     assert "expected: tensor[" in out and "actual:   tensor[" in out
-    (saved,) = tmp_path.glob("chunk.matches_reference-*.json")
-    assert f"reproduce with: mmharness replay {saved} --target {target}" in out
-    document = json.loads(saved.read_text())
-    assert document["check"] == "chunk.matches_reference" and document["target"] == target
-
-    assert run(capsys, "replay", str(saved))[0] == 1  # the target saved in the case
-    assert run(capsys, "replay", str(saved), "--target", "reference")[0] == 0
+    saved = sorted(tmp_path.glob("chunk.matches_reference-*.json"))
+    assert len(saved) == 2, "each way of failing is saved with its own shrunk case"
+    for path in saved:
+        assert f"reproduce with: mmharness replay {path} --target {target}" in out
+        document = json.loads(path.read_text())
+        assert document["check"] == "chunk.matches_reference" and document["target"] == target
+        assert run(capsys, "replay", str(path))[0] == 1  # the target saved in the case
+        assert run(capsys, "replay", str(path), "--target", "reference")[0] == 0
 
 
 @pytest.mark.parametrize(
@@ -69,7 +71,7 @@ def test_usage_errors_are_one_line_and_exit_2(capsys, argv, words):
 def test_hazards_fail_only_under_strict(capsys, tmp_path):
     args = ["check", "--checks", "precomputed.partial_fallback", "--findings", str(tmp_path)]
     code, out, _ = run(capsys, *args)
-    assert code == 0 and "HAZARD precomputed.partial_fallback" in out
+    assert code == 0 and "HAZARD         precomputed.partial_fallback" in out
     assert run(capsys, *args, "--strict")[0] == 1
 
 
@@ -86,9 +88,57 @@ def test_reports_and_baseline(capsys, tmp_path):
     ]
     assert run(capsys, *args, "--json", str(report), "--junit", str(junit))[0] == 1
     data = json.loads(report.read_text())
-    assert data["results"][0]["status"] == "failed"
+    assert data["results"][0]["status"] == "divergence"
+    assert data["results"][0]["findings"][0]["signature"]
     assert "<failure" in junit.read_text()
-    assert run(capsys, *args, "--baseline", str(report))[0] == 0  # known finding tolerated
+    code, out, _ = run(capsys, *args, "--baseline", str(report))
+    assert code == 0 and "(tolerated: in the baseline)" in out  # known finding tolerated
+
+
+def test_baseline_records_how_a_check_failed(capsys, tmp_path):
+    baseline = tmp_path / "baseline.json"
+    target = "mutant:count_inclusive_end"
+    args = ["check", "--target", target, "--checks", "count", "--findings", str(tmp_path)]
+    assert run(capsys, *args, "--write-baseline", str(baseline))[0] == 1
+    data = json.loads(baseline.read_text())
+    assert data["format"] == "mmharness.baseline/1"
+    (entry,) = data["entries"]
+    assert entry["check"] == "count.matches_reference" and entry["kind"] == "divergence"
+    assert run(capsys, *args, "--baseline", str(baseline))[0] == 0
+    entry["signature"] = "MM tokens in extend: some other way of failing"
+    baseline.write_text(json.dumps(data))
+    code, out, _ = run(capsys, *args, "--baseline", str(baseline))
+    assert code == 1, "a new way of failing in a known-failing check is new"
+    assert "stale baseline entry (did not reproduce): count.matches_reference [cpu] MM tokens" in out
+
+
+def test_could_not_test_has_its_own_exit_code(capsys, tmp_path, monkeypatch):
+    (tmp_path / "gappy_adapter.py").write_text(GAPPY_ADAPTER)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    args = ["check", "--target", "gappy_adapter:Gappy", "--checks", "count", "--findings", str(tmp_path)]
+    code, out, _ = run(capsys, *args)
+    assert code == 3
+    assert "COULD-NOT-TEST count.matches_reference" in out and "signature: could not test: a_stub" in out
+    assert run(capsys, *args, "--strict")[0] == 1
+    junit = tmp_path / "junit.xml"
+    run(capsys, *args, "--junit", str(junit))
+    assert "<error" in junit.read_text()
+
+
+GAPPY_ADAPTER = """
+from harness.targets.base import COUNT, HarnessGap
+
+
+class Gappy:
+    name = "gappy"
+    capabilities = frozenset({COUNT})
+
+    def describe(self):
+        return {"target": self.name}
+
+    def count_mm_tokens(self, case):
+        raise HarnessGap("the adapter reached a_stub", what="a_stub")
+"""
 
 
 def test_listings(capsys):

@@ -5,8 +5,9 @@ from __future__ import annotations
 import json
 
 from harness.checks import select
+from harness.checks.outcome import DIVERGENCE
 from harness.matrix import ERROR, render, run_matrix
-from harness.runner import FAILED, PASSED
+from harness.runner import PASSED
 
 CHECKS = select(["chunk.matches_reference", "count.matches_reference"])
 TARGETS = ["reference", "mutant:chunk_start_off_by_one", "/nonexistent/sglang-fork"]
@@ -19,7 +20,7 @@ def _matrix():
 def test_statuses_and_first_failing_target():
     matrix = _matrix()
     assert matrix.cell("chunk.matches_reference", "reference").status == PASSED
-    assert matrix.cell("chunk.matches_reference", TARGETS[1]).status == FAILED
+    assert matrix.cell("chunk.matches_reference", TARGETS[1]).status == DIVERGENCE
     assert matrix.first_failing("chunk.matches_reference") == TARGETS[1]
     assert matrix.first_failing("count.matches_reference") is None
 
@@ -35,10 +36,10 @@ def test_text_and_json_forms():
     text = render(matrix)
     header, _, *rows = text.splitlines()
     assert header.split()[0] == "check" and header.endswith("first failing")
-    assert rows[0].split()[:4] == ["chunk.matches_reference", "pass", "FAIL", "error"]
+    assert rows[0].split()[:4] == ["chunk.matches_reference", "pass", "DIVERGE", "error"]
     assert rows[0].split()[-1] == TARGETS[1]
     data = json.loads(json.dumps(matrix.as_json()))
-    assert data["format"] == "mmharness.matrix/1"
+    assert data["format"] == "mmharness.matrix/2"
     assert [t["spec"] for t in data["targets"]] == TARGETS
     chunk = data["checks"][0]
     assert chunk["first_failing"] == TARGETS[1]

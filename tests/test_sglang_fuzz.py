@@ -21,10 +21,11 @@ from pathlib import Path
 import pytest
 
 from harness import cli
+from harness.engines.sglang import fuzz as sp
+from harness.engines.sglang import layout, parsers
 from harness.fuzz import FINDING_FORMAT, Baseline, Hang, SilentAcceptance
 from harness.fuzz import payloads as fuzz_payloads
-from harness.fuzz import sglang_parsers as sp
-from harness.targets import loader, parsers
+from harness.targets import loader
 from harness.targets.base import TargetError
 
 ROOT = Path(__file__).parent.parent
@@ -281,7 +282,9 @@ def test_a_missing_third_party_package_is_stubbed_only_when_asked(tmp_path):
     )
     source = parsers.locate(tmp_path)
     before = set(sys.modules)
-    engine = loader.load(source, stub_packages=("mmharness_no_such_package", "mmharness_unused"))
+    engine = loader.load(
+        source, layout.PARSERS, stub_packages=("mmharness_no_such_package", "mmharness_unused"), loud=False
+    )
     assert engine.errors == {}
     assert engine.record.packages == {"mmharness_no_such_package"}
     assert {
@@ -289,7 +292,7 @@ def test_a_missing_third_party_package_is_stubbed_only_when_asked(tmp_path):
         "mmharness_no_such_package.images.Image",
     } <= engine.record.stubbed
     assert not {m for m in set(sys.modules) - before if "no_such" in m or m.startswith("sglang")}
-    refused = loader.load(source)
+    refused = loader.load(source, layout.PARSERS)
     assert "ModuleNotFoundError" in refused.errors["sglang.srt.managers.io_struct"]
 
 
@@ -334,7 +337,10 @@ def test_structured_inputs_give_payloads_of_each_target(fake):
 
 
 def test_importing_the_engine_fuzzers_never_imports_torch():
-    code = "import sys, harness.fuzz.sglang_parsers, harness.targets.parsers; print('torch' in sys.modules)"
+    code = (
+        "import sys, harness.engines.sglang.fuzz, harness.engines.sglang.parsers;"
+        " print('torch' in sys.modules)"
+    )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert result.stdout.strip() == "False"
 

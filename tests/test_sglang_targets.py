@@ -26,11 +26,14 @@ from pathlib import Path
 import pytest
 
 from harness.checks import all_checks
+from harness.checks.outcome import COULD_NOT_TEST, DIVERGENCE, HAZARD
+from harness.engines.sglang import adapter, layout, shims
+from harness.engines.sglang.adapter import SGLangTarget, from_path, from_release
+from harness.engines.sglang.items import read_schema
 from harness.model import Case, Item, Request
-from harness.runner import FAILED, HAZARD, PASSED, SKIPPED, replay, run_check
-from harness.targets import base, loader, releases, shims
-from harness.targets.base import TargetError
-from harness.targets.sglang import SGLangTarget, from_path, from_release
+from harness.runner import PASSED, SKIPPED, replay, run_check
+from harness.targets import base, loader, releases, stubs
+from harness.targets.base import HarnessGap, TargetError
 from harness.targets.specs import resolve
 
 CHECKS = all_checks()
@@ -88,9 +91,9 @@ def get_embedding_chunk(embedding, extend_prefix_len, extend_seq_len, items_offs
 
 
 def _count_mm_tokens_in_extend(prefix_length, extend_length, items_offset_list):
-    from sglang.srt.utils.late import late_helper
+    from sglang.srt.utils import is_hip  # a call-time import of a shimmed name
 
-    late_helper()
+    assert not is_hip()
     return sum(
         low <= p < low + n
         for low, n, offsets in zip(prefix_length, extend_length, items_offset_list)
@@ -103,6 +106,13 @@ def chunked_prefill_size() -> int:
     return get_schedule().chunked_prefill_size
 
 
+def _adjust_embedding_length(embedding, num_mm_tokens_in_input_ids, logger):
+    from sglang.srt.utils.late import late_helper  # served; calling it is a harness gap
+
+    late_helper()
+    return embedding[embedding.shape[0] - num_mm_tokens_in_input_ids :]
+
+
 def get_embedding_and_mask(items, input_ids, unknown_form):
     raise AssertionError("an unknown signature must never be called")
 '''
@@ -112,6 +122,8 @@ SYNTHETIC_UTILS = '''
 from . import mm_schedule
 from .mm_schedule import get_embedding_chunk
 '''
+
+SYNTHETIC_CAPABILITIES = {base.CHUNK, base.COUNT, base.ADJUST}
 
 BROKEN_KIMI = 'raise RuntimeError("boom: this model file needs a GPU")\n'
 
@@ -139,7 +151,7 @@ def test_synthetic_engine_loads_without_touching_sys_modules(synthetic):
     before = _engine_modules()
     target = from_path(str(synthetic))
     assert _engine_modules() == before
-    assert target.capabilities == {base.CHUNK, base.COUNT}
+    assert target.capabilities == SYNTHETIC_CAPABILITIES
     description = target.describe()
     assert description["release"] == "9.8.7"
     assert description["rules_module"] == "sglang.srt.managers.mm_schedule"
@@ -149,31 +161,59 @@ def test_synthetic_engine_loads_without_touching_sys_modules(synthetic):
     assert "sglang.srt.runtime_context.get_schedule" in description["shims"]
 
 
-def test_unknown_signatures_are_not_capabilities(synthetic):
+def test_unknown_signatures_are_not_capabilities_and_say_so(synthetic):
     target = from_path(str(synthetic))
-    assert "get_embedding_and_mask" in target.describe()["functions"]
+    assert "UNKNOWN FORM" in target.describe()["functions"]["get_embedding_and_mask"]
     assert base.EMBED_AND_MASK not in target.capabilities
+    reason = target.missing[base.EMBED_AND_MASK]
+    assert reason.startswith("unknown form get_embedding_and_mask(items, input_ids, unknown_form)")
+    assert "since 0.4.6.post5" in reason
+    result = run_check(CHECKS["embed_mask.matches_reference"], target)
+    assert result.status == SKIPPED and "unknown form" in result.reason
 
 
-def test_call_time_imports_are_served_and_recorded(synthetic):
+def test_call_time_imports_are_served_and_a_stub_used_is_a_gap(synthetic):
     target = from_path(str(synthetic))
     case = Case((Request(4, 1, 2, (Item(((0, 2),), hash=3),)),))
     assert target.count_mm_tokens(case) == 2
-    assert "sglang.srt.utils.late.late_helper" in target.describe()["stubbed"]
+    with pytest.raises(HarnessGap, match="late_helper"):
+        target.adjust_embedding_length(base_embedding(), 1)
+    described = target.describe()
+    assert "sglang.srt.utils.late.late_helper" in described["stubbed"]
+    assert "sglang.srt.utils.late.late_helper()" in described["stubs_reached"]
+
+
+def base_embedding():
+    import torch
+
+    return torch.zeros(2, 4)
+
+
+def test_a_stub_reached_is_could_not_test_never_a_divergence(synthetic):
+    result = run_check(CHECKS["adjust.matches_reference"], from_path(str(synthetic)))
+    assert result.status == COULD_NOT_TEST
+    (finding,) = result.findings
+    assert finding.signature == "could not test: sglang.srt.utils.late.late_helper()"
+    assert "late_helper" in finding.failure.actual
+
+
+def _load(path) -> loader.Engine:
+    return adapter.load(loader.locate(path, layout.RULES))
 
 
 def test_shims_answer_with_single_rank_defaults(synthetic):
-    engine = loader.load(loader.locate(synthetic))
+    engine = _load(synthetic)
     rules = engine.module("sglang.srt.managers.mm_schedule")
     assert rules.chunked_prefill_size() == -1
     assert rules._is_hip is False
-    assert not rules.LIMIT
+    with pytest.raises(stubs.StubReached, match=r"sglang\.srt\.environ\.envs\.SGLANG_LIMIT"):
+        bool(rules.LIMIT)  # read at load time, used after it: loud
     assert rules.Info().items == []
-    assert rules.ITEM_TYPE is engine.item_type is rules.MultimodalDataItem
+    assert rules.ITEM_TYPE is engine.shims.item_type is rules.MultimodalDataItem
 
 
 def test_relative_imports_share_the_loaded_module(synthetic):
-    engine = loader.load(loader.locate(synthetic))
+    engine = _load(synthetic)
     utils = engine.module("sglang.srt.managers.mm_utils")
     schedule = engine.module("sglang.srt.managers.mm_schedule")
     assert utils.mm_schedule is schedule
@@ -181,8 +221,8 @@ def test_relative_imports_share_the_loaded_module(synthetic):
 
 
 def test_each_load_is_private(synthetic):
-    first = loader.load(loader.locate(synthetic))
-    second = loader.load(loader.locate(synthetic))
+    first = _load(synthetic)
+    second = _load(synthetic)
     one = first.module("sglang.srt.managers.mm_schedule")
     two = second.module("sglang.srt.managers.mm_schedule")
     assert one is not two
@@ -207,7 +247,7 @@ def test_layouts(tmp_path, layout):
     }[layout]
     _write_engine(package)
     spec = {"fork_python": tmp_path / "python", "package": package}.get(layout, tmp_path)
-    assert resolve(str(spec)).capabilities == {base.CHUNK, base.COUNT}
+    assert resolve(str(spec)).capabilities == SYNTHETIC_CAPABILITIES
 
 
 def test_single_file(synthetic, tmp_path):
@@ -215,7 +255,7 @@ def test_single_file(synthetic, tmp_path):
     lone.parent.mkdir()
     shutil.copy(synthetic / "sglang" / "srt" / "managers" / "mm_schedule.py", lone)
     target = resolve(str(lone))
-    assert target.capabilities == {base.CHUNK, base.COUNT}
+    assert target.capabilities == SYNTHETIC_CAPABILITIES
     assert target.describe()["files"] == [str(lone.resolve())]
 
 
@@ -227,7 +267,7 @@ def test_checks_run_through_the_adapter(synthetic, check_id):
 
 def test_importing_specs_does_not_import_torch():
     code = (
-        "import sys, harness.targets.specs, harness.targets.sglang, harness.targets.loader,"
+        "import sys, harness.targets.specs, harness.engines.sglang.adapter, harness.targets.loader,"
         " harness.targets.releases, harness.matrix; assert 'torch' not in sys.modules"
     )
     subprocess.run([sys.executable, "-c", code], check=True)
@@ -237,7 +277,7 @@ def test_importing_specs_does_not_import_torch():
 
 
 def test_stub_survives_module_level_use():
-    stub = shims.Stub("sglang.x.Thing")
+    stub = stubs.Stub("sglang.x.Thing", stubs.Record())
 
     class Derived(stub):
         pass
@@ -246,25 +286,76 @@ def test_stub_survives_module_level_use():
         return 1
 
     assert stub(function) is function
-    assert isinstance(stub("arg"), shims.Stub)
+    assert isinstance(stub("arg"), stubs.Stub)
     assert not stub and not isinstance(3, stub) and isinstance(3, (int, stub))
     assert (int | stub) is stub and stub[int] is stub
     assert list(stub) == [] and Derived.__name__ == "Derived"
     with stub.context() as inside:
-        assert isinstance(inside, shims.Stub)
+        assert isinstance(inside, stubs.Stub)
 
 
-def test_item_shim_reads_model_data_and_records_misses():
-    record = shims.Record()
-    item_type = type("MultimodalDataItem", (shims.MultimodalDataItem,), {"_mm_record": record})
+def test_a_stub_turns_loud_once_the_load_is_over():
+    record = stubs.Record()
+    stub = stubs.Stub("sglang.x.flag", record)
+    assert not stub  # at load time: a falsy placeholder
+    record.armed = True
+    assert not isinstance(3, stub)  # the faithful answer, still silent
+    for use in (bool, lambda s: s(), lambda s: s.attribute, lambda s: s > 1, lambda s: 1 + s, len, int):
+        with pytest.raises(stubs.StubReached) as error:
+            use(stub)
+        assert isinstance(error.value, HarnessGap) and error.value.what.startswith("sglang.x.flag")
+    assert getattr(stub, "anything", None) is None  # an AttributeError, as engine code may expect
+    assert record.reached[0] == "sglang.x.flag (as a truth value)"
+
+
+def test_item_shim_reads_model_data_and_gaps_on_what_it_cannot_answer():
+    record = stubs.Record()
+    item_type = shims.item_type(record, None)
     item = item_type(modality=shims.Modality.VIDEO, offsets=[(0, 1)], model_specific_data={"grid": 3})
     assert item.grid == 3 and item.is_video() and not item.is_audio()
     clone = copy.copy(item)
     clone.offsets = [(5, 6)]
     assert item.offsets == [(0, 1)] and clone.grid == 3
-    with pytest.raises(AttributeError, match="mmharness shim"):
+    with pytest.raises(shims.ItemGap, match="item type is not at hand"):
         item.new_field_of_a_later_release  # noqa: B018
     assert record.item_misses == {"new_field_of_a_later_release"}
+
+
+ITEM_SOURCE = """
+import dataclasses
+
+
+@dataclasses.dataclass
+class MultimodalDataItem:
+    modality: str
+    hash: int = None
+    offsets: list = None
+    precomputed_features: object = None
+    pad_values: tuple = ()
+    model_specific_data: dict = dataclasses.field(default_factory=dict)
+
+    def brand_new_method(self):
+        return 1
+"""
+
+
+def test_item_type_takes_the_fields_of_the_release(tmp_path):
+    path = tmp_path / "schedule_batch.py"
+    path.write_text(ITEM_SOURCE)
+    schema = read_schema(path)
+    assert set(schema.fields) == {
+        "modality", "hash", "offsets", "precomputed_features", "pad_values", "model_specific_data"
+    }  # fmt: skip
+    item_type = shims.item_type(stubs.Record(), schema)
+    embedding = object()
+    item = item_type(precomputed_embeddings=embedding)
+    assert item.pad_values == () and item.precomputed_features is embedding  # 0.4.x's name for it
+    with pytest.raises(AttributeError) as error:
+        item.not_a_field_of_this_release  # noqa: B018
+    assert not isinstance(error.value, HarnessGap)  # the release's own item would raise the same
+    with pytest.raises(shims.ItemGap, match="brand_new_method"):
+        item.brand_new_method()
+    assert read_schema(tmp_path / "missing.py") is None
 
 
 def test_strict_maybe_assert_sum():
@@ -287,7 +378,7 @@ def _one_line(error: pytest.ExceptionInfo) -> str:
 def test_path_without_rules(tmp_path):
     with pytest.raises(TargetError) as error:
         resolve(str(tmp_path))
-    assert "holds no SGLang rules" in _one_line(error)
+    assert "holds no sglang multimodal scheduling rules" in _one_line(error)
 
 
 def test_missing_path_and_foreign_file(tmp_path):
@@ -298,7 +389,7 @@ def test_missing_path_and_foreign_file(tmp_path):
     other.write_text("x = 1\n")
     with pytest.raises(TargetError) as error:
         resolve(str(other))
-    assert "not an SGLang rules file" in _one_line(error)
+    assert "is not one of sglang's multimodal scheduling rules files" in _one_line(error)
 
 
 def test_installed_sglang_that_does_not_import(tmp_path, monkeypatch):
@@ -392,21 +483,21 @@ def test_pip_errors_become_one_line():
         "ERROR: Could not find a version that satisfies the requirement sglang==0.4.99"
         " (from versions: 0.4.9, 0.5.2, 0.5.10)\n"
     )
-    assert "latest is 0.5.10" in releases._explain("0.4.99", [listed])
+    assert "latest is 0.5.10" in releases._explain("sglang", "0.4.99", [listed])
     offline = "WARNING: Retrying ... NewConnectionError(...)\nERROR: ... (from versions: none)\n"
-    assert "unreachable" in releases._explain("0.5.23", [offline])
+    assert "unreachable" in releases._explain("sglang", "0.5.23", [offline])
     empty = "ERROR: Could not find a version that satisfies sglang==1.0 (from versions: none)\n"
-    assert "lists no sglang wheels" in releases._explain("1.0", [empty])
+    assert "lists no sglang wheels" in releases._explain("sglang", "1.0", [empty])
 
 
 def test_release_of_skips_placeholder_versions(tmp_path):
     package = tmp_path / "sglang"
     package.mkdir()
     (package / "version.py").write_text('    __version__ = "0.0.0.dev0"\n')
-    assert loader._release_of(package) is None
+    assert loader.release_of(package, "sglang") is None
     (tmp_path / "sglang-1.2.3.dist-info").mkdir()
     (tmp_path / "sglang-1.2.3.dist-info" / "METADATA").write_text("Name: sglang\nVersion: 1.2.3\n")
-    assert loader._release_of(package) == "1.2.3"
+    assert loader.release_of(package, "sglang") == "1.2.3"
 
 
 # Real releases (network) -------------------------------------------------------------
@@ -445,6 +536,7 @@ def test_release_capabilities(release, version):
     assert description["load_errors"] == {}
     assert description["cache"].endswith("(the engine's own)")
     assert description["stubbed"], "the engine's other imports are stubs"
+    assert "schedule_batch.py" in description["item_type"]
 
 
 @pytest.mark.network
@@ -518,7 +610,7 @@ def test_checks_do_not_fail_on_0_5_23(release, check_id):
     assert result.status in (PASSED, HAZARD, SKIPPED), (result.reason, result.example)
 
 
-# Divergences the harness finds in 0.5.10 (see the adapter's report); they must stay found.
+# Findings the harness makes in 0.5.10 and not in 0.5.23; they must stay found.
 COLLISION = Case((Request(2, 0, 2, (Item(((0, 1),), hash=5),)), Request(3, 0, 3, (Item(((0, 2),), hash=5),))))
 GRID_THWS = Case(
     (
@@ -537,8 +629,12 @@ GRID_THWS = Case(
     ("check_id", "case"),
     [("prefill.matches_reference", COLLISION), ("grid.split_matches_reference", GRID_THWS)],
 )
-def test_known_divergences_of_0_5_10(release, check_id, case):
-    assert replay(CHECKS[check_id], release("0.5.10"), (case, {})).status == FAILED
+def test_known_findings_of_0_5_10(release, check_id, case):
+    found = replay(CHECKS[check_id], release("0.5.10"), (case, {}))
+    if check_id == "prefill.matches_reference":  # a collision: input a content hash never makes
+        assert found.status == HAZARD and found.findings[0].signature.startswith("hash collision")
+    else:
+        assert found.status == DIVERGENCE
     assert replay(CHECKS[check_id], release("0.5.23"), (case, {})).status == PASSED
 
 

@@ -100,6 +100,8 @@ def rejects_malformed(target: Target, case: Case, params: dict) -> None:
     R1 never sees ``seq_len``, and an empty or negative window has an obvious
     answer; what must not happen is a tensor that is not the rows whose
     positions lie in the window (unsorted or overlapping spans silently shifted).
+    The engine's own processors never produce such input, so a failure here is
+    a hazard, not a divergence.
     """
     r = _bad_request(case)
     outcome = _chunk(target, case, r)
@@ -113,7 +115,7 @@ def rejects_malformed(target: Target, case: Case, params: dict) -> None:
             return
         except Failure:
             pass
-    raise Failure(
+    raise Hazard(
         f"malformed requests[{r}] ({next(problems(case))}) was served a chunk that is not its window's rows",
         expected=f"a clear ValueError/RuntimeError, or {shown}",
         actual=show_error(outcome.error) if outcome.raised else _show_chunk(case, outcome.value),

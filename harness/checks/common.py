@@ -6,14 +6,15 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
-from harness.checks.outcome import Outcome, value_of
+from harness import reference
+from harness.checks.outcome import DIVERGENCE, Failure, Hazard, Outcome, value_of
 from harness.model import Case
 from harness.targets.reference import ReferenceTarget
 
 if TYPE_CHECKING:
     from hypothesis.strategies import SearchStrategy
 
-    from harness.checks.registry import Check, Example
+    from harness.checks.registry import Check, Example, Property
 
 REFERENCE = ReferenceTarget()
 
@@ -113,3 +114,33 @@ def params_problem(check: Check, case: Case, params: dict) -> str | None:
         if key in params and not 0 <= params[key] <= MAX_PARAM_ROWS:
             return f"params.{key} must be in [0, {MAX_PARAM_ROWS}]"
     return None
+
+
+COLLISION = "hash collision"
+
+
+def collisions_are_hazards(prop: Property) -> Property:
+    """A divergence on a batch where one hash has two token counts becomes a hazard, so marked.
+
+    An engine hashes item content, so equal hashes with different token counts
+    come only from a hash collision or a client-supplied hash: input its own
+    processors do not produce. Serving wrong rows then is a hazard (docs/rules.md),
+    with one signature for all its symptoms, apart from the same symptoms with
+    honest hashes.
+    """
+
+    def guarded(target, case: Case, params: dict) -> None:
+        try:
+            prop(target, case, params)
+        except Failure as failure:
+            if failure.kind != DIVERGENCE or not reference.has_any_collision(case):
+                raise
+            raise Hazard(
+                f"{COLLISION}: {failure.message}",
+                expected=failure.expected,
+                actual=failure.actual,
+                signature=f"{COLLISION}: not each item's own rows, nor a clear error",
+            ) from None
+
+    guarded.__doc__ = prop.__doc__
+    return guarded

@@ -2,15 +2,16 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from functools import partial
 
 from harness import reference, tensors
 from harness.checks.common import plain
-from harness.checks.outcome import Failure, Outcome, describe, expect_equal, expect_same, observe
+from harness.checks.outcome import Failure, Hazard, Outcome, describe, expect_equal, expect_same, observe
 from harness.checks.prefill import UNLIMITED
 from harness.checks.registry import DIFFERENTIAL, check
 from harness.model import Case
-from harness.targets.base import EMBED_AND_MASK, Encoder, Target
+from harness.targets.base import EMBED_AND_MASK, PRECOMPUTED, Encoder, Target
 
 
 def _cases(device: str):
@@ -27,7 +28,13 @@ def _cases(device: str):
     examples=_cases,
 )
 def matches_reference(target: Target, case: Case, params: dict) -> None:
-    """The mask marks exactly the placeholders and the rows, in mask order, are the reference's."""
+    """The mask marks exactly the placeholders and the rows, in mask order, are the reference's.
+
+    A target without precomputed-embedding support (no R2 function) is given
+    raw items only: it cannot honour what it does not implement.
+    """
+    if PRECOMPUTED not in target.capabilities:
+        case = raw_only(case)
     expected = observe(partial(reference.embedding_and_mask, case))
     encoder = Encoder(case)
     actual = observe(partial(target.embedding_and_mask, case, encoder, cache=target.new_cache(UNLIMITED)))
@@ -49,12 +56,26 @@ def matches_reference(target: Target, case: Case, params: dict) -> None:
         got_mask = actual_mask.reshape(-1).tolist()
     expect_equal(case, "mask over input_ids", mask, got_mask)
     got_rows = tensors.materialise(case, []) if embedding is None else embedding
+    if not any(mask) and got_rows.numel():
+        raise Hazard(
+            "a window without placeholders was handed rows (embedding[-0:] keeps every row)",
+            expected="no rows",
+            actual=describe(got_rows) + tensors.explain_rows(case, got_rows),
+        )
     expect_same(
         case,
         "rows in mask order",
         Outcome(value=tensors.materialise(case, rows)),
         Outcome(value=got_rows.reshape(-1, got_rows.shape[-1])),
     )
+
+
+def raw_only(case: Case) -> Case:
+    """The case with no item precomputed."""
+    requests = tuple(
+        replace(r, items=tuple(replace(item, precomputed=False) for item in r.items)) for r in case.requests
+    )
+    return replace(case, requests=requests)
 
 
 def _expect_usable_mask(case: Case, mask, tokens: int) -> None:

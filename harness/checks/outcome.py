@@ -6,26 +6,86 @@ the check can compare (class and message prefix), not a traceback that ends the 
 
 from __future__ import annotations
 
+import os
+import re
+import sys
+import traceback
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 from harness import tensors
 from harness.model import Case
+from harness.targets.base import HarnessGap, gap_in
+
+DIVERGENCE, HAZARD, COULD_NOT_TEST = "divergence", "hazard", "could-not-test"
+"""The kinds of finding (see docs/rules.md, "Verdicts")."""
 
 
 class Failure(AssertionError):
-    """A property does not hold; ``expected`` and ``actual`` say how."""
+    """A property does not hold; ``expected`` and ``actual`` say how, ``signature`` names the way.
 
-    def __init__(self, message: str, *, expected: str = "", actual: str = "") -> None:
+    Two failures with the same signature are the same way of failing (the
+    runner keeps one shrunk case for each); the default is the message with its
+    numbers abstracted, so ``window (3, 4) start`` and ``window (1, 2) start``
+    are one signature.
+    """
+
+    kind = DIVERGENCE
+
+    def __init__(self, message: str, *, expected: str = "", actual: str = "", signature: str = "") -> None:
         super().__init__(message)
         self.message = message
         self.expected = expected
         self.actual = actual
+        self.signature = signature or template(message)
 
 
 class Hazard(Failure):
     """The target follows the rules, but the rules let a user's data be silently lost or misused."""
+
+    kind = HAZARD
+
+
+class CouldNotTest(Failure):
+    """The harness could not drive the target here (a stub reached, an adapter error): no verdict."""
+
+    kind = COULD_NOT_TEST
+
+
+_NUMBER_LIST = re.compile(r"\[[\d, ]*\]")
+_NUMBER = re.compile(r"\d+")
+
+
+def template(text: str) -> str:
+    """The text with numbers (and lists of them) abstracted: what stays the same across cases."""
+    return _NUMBER.sub("N", _NUMBER_LIST.sub("[...]", text))[:200]
+
+
+def place(error: BaseException) -> str:
+    """Where an error was raised: ``file.py:function`` of the innermost frame outside torch."""
+    frames = traceback.extract_tb(error.__traceback__)
+    if not frames:
+        return "?"
+    torch_dir = _torch_dir()
+    inside = [f for f in frames if torch_dir is None or not f.filename.startswith(torch_dir)]
+    frame = (inside or frames)[-1]
+    return f"{os.path.basename(frame.filename)}:{frame.name}"
+
+
+def _torch_dir() -> str | None:
+    torch = sys.modules.get("torch")
+    return os.path.dirname(torch.__file__) + os.sep if torch is not None and torch.__file__ else None
+
+
+def could_not_test(gap: HarnessGap, error: BaseException | None = None) -> CouldNotTest:
+    shown = "" if error is None or error is gap else f" (surfacing as {show_error(error)})"
+    return CouldNotTest(
+        f"could not test: {gap}",
+        expected="the harness drives the engine code",
+        actual=f"{gap.what}{shown}",
+        signature=f"could not test: {gap.what}",
+    )
 
 
 @dataclass(frozen=True)
@@ -39,16 +99,25 @@ class Outcome:
 
 
 def observe(call: Callable[[], Any]) -> Outcome:
+    """The call's value or error; a harness gap behind the error ends the check as *could not test*."""
     try:
         return Outcome(value=call())
     except Exception as error:  # the target's errors are what we compare
+        gap = gap_in(error)
+        if gap is not None:
+            raise could_not_test(gap, error) from error
         return Outcome(error=error)
 
 
 def value_of(outcome: Outcome, what: str, expected: str) -> Any:
     """The outcome's value, or a ``Failure`` where the target raised on input it must accept."""
     if outcome.raised:
-        raise Failure(f"{what} raised", expected=expected, actual=show_error(outcome.error))
+        raise Failure(
+            f"{what} raised",
+            expected=expected,
+            actual=show_error(outcome.error),
+            signature=f"{template(what)}: raised {type(outcome.error).__name__} at {place(outcome.error)}",
+        )
     return outcome.value
 
 
@@ -82,8 +151,14 @@ def describe(value: Any) -> str:
     return repr(value)
 
 
-def expect_same(case: Case, what: str, expected: Outcome, actual: Outcome) -> None:
-    """Fail unless both raised the same error, or both returned equal values (tensors bit-exact)."""
+def expect_same(
+    case: Case, what: str, expected: Outcome, actual: Outcome, *, none_is_empty: bool = False
+) -> None:
+    """Fail unless both raised the same error, or both returned equal values (tensors bit-exact).
+
+    ``none_is_empty``: ``None`` and a tensor of no rows are one answer (where
+    callers treat them alike, see docs/rules.md).
+    """
     if expected.raised or actual.raised:
         if expected.raised and actual.raised and same_error(expected.error, actual.error):
             return
@@ -91,15 +166,39 @@ def expect_same(case: Case, what: str, expected: Outcome, actual: Outcome) -> No
             f"{what}: outcomes differ",
             expected=show_error(expected.error) if expected.raised else describe(expected.value),
             actual=show_error(actual.error) if actual.raised else describe(actual.value),
+            signature=f"{template(what)}: {_error_difference(expected, actual)}",
         )
-    expect_equal(case, what, expected.value, actual.value)
+    expected_value, actual_value = expected.value, actual.value
+    if none_is_empty:
+        expected_value, actual_value = _none_if_empty(expected_value), _none_if_empty(actual_value)
+    expect_equal(case, what, expected_value, actual_value)
+
+
+def _none_if_empty(value: Any) -> Any:
+    return None if hasattr(value, "shape") and value.numel() == 0 and value.dim() >= 1 else value
+
+
+def _error_difference(expected: Outcome, actual: Outcome) -> str:
+    if actual.raised:
+        raised = f"raised {type(actual.error).__name__} at {place(actual.error)}"
+        return f"{raised} instead of {type(expected.error).__name__}" if expected.raised else raised
+    return f"returned {_kind_of(actual.value)} instead of raising {type(expected.error).__name__}"
+
+
+def _kind_of(value: Any) -> str:
+    return "None" if value is None else "a tensor" if hasattr(value, "shape") else type(value).__name__
 
 
 def expect_equal(case: Case, what: str, expected: Any, actual: Any) -> None:
     """Structural equality where tensors must match exactly: shape, dtype, device type, bits."""
     if isinstance(expected, (tuple, list)) and isinstance(actual, (tuple, list)):
         if len(expected) != len(actual):
-            raise Failure(f"{what}: lengths differ", expected=str(len(expected)), actual=str(len(actual)))
+            raise Failure(
+                f"{what}: lengths differ",
+                expected=str(len(expected)),
+                actual=str(len(actual)),
+                signature=f"{template(what)}: {'fewer' if len(actual) < len(expected) else 'more'} entries",
+            )
         for k, (e, a) in enumerate(zip(expected, actual, strict=True)):
             expect_equal(case, f"{what}[{k}]", e, a)
         return
@@ -115,22 +214,33 @@ def _expect_same_tensor(case: Case, what: str, expected: Any, actual: Any) -> No
             f"{what}: one side is not a tensor",
             expected=describe(expected),
             actual=describe(actual),
+            signature=f"{template(what)}: {_kind_of(actual)} instead of {_kind_of(expected)}",
         )
-    if (
-        tuple(expected.shape) != tuple(actual.shape)
-        or expected.dtype != actual.dtype
-        or expected.device.type != actual.device.type
-    ):
-        raise Failure(
-            f"{what}: tensors differ in shape, dtype or device",
-            expected=describe(expected) + tensors.explain_rows(case, expected),
-            actual=describe(actual) + tensors.explain_rows(case, actual),
-        )
+    kind = _tensor_difference(case, expected, actual)
+    if kind is None:
+        return
+    raise Failure(
+        f"{what}: {kind}",
+        expected=describe(expected) + tensors.explain_rows(case, expected),
+        actual=describe(actual) + tensors.explain_rows(case, actual),
+        signature=f"{template(what)}: {kind}",
+    )
+
+
+def _tensor_difference(case: Case, expected: Any, actual: Any) -> str | None:
+    """How two tensors differ, as a kind (``fewer rows``, ``another request's rows``, ...); None if equal."""
+    if expected.dtype != actual.dtype:
+        return "wrong dtype"
+    if expected.device.type != actual.device.type:
+        return "wrong device"
+    if tuple(expected.shape) != tuple(actual.shape):
+        if expected.dim() != actual.dim():
+            return f"{actual.dim()}-D instead of {expected.dim()}-D"
+        if expected.shape[-1] != actual.shape[-1]:
+            return "wrong width"
+        return "fewer rows" if actual.shape[0] < expected.shape[0] else "more rows"
     import torch
 
-    if not torch.equal(expected.cpu(), actual.cpu()):
-        raise Failure(
-            f"{what}: tensor values differ",
-            expected=describe(expected) + tensors.explain_rows(case, expected),
-            actual=describe(actual) + tensors.explain_rows(case, actual),
-        )
+    if torch.equal(expected.cpu(), actual.cpu()):
+        return None
+    return tensors.row_difference(case, expected, actual)

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from functools import partial
 
+from harness import reference
 from harness.checks.common import REFERENCE, blocks_in_order, permute, permuted, plain
-from harness.checks.outcome import Hazard, Outcome, expect_same, observe
+from harness.checks.outcome import Hazard, Outcome, expect_same, observe, same_error
 from harness.checks.registry import DIFFERENTIAL, HAZARD, METAMORPHIC, check
 from harness.model import Case
 from harness.targets.base import PRECOMPUTED, Target
@@ -36,8 +37,17 @@ def _precomputed(target: Target, case: Case) -> Outcome:
     examples=_cases("all", "all", "partial", "none"),
 )
 def matches_reference(target: Target, case: Case, params: dict) -> None:
-    """The batch's precomputed rows, ``None`` fallback or partial-coverage error equal the reference's."""
-    expect_same(case, "precomputed embedding", _precomputed(REFERENCE, case), _precomputed(target, case))
+    """The batch's precomputed rows, ``None`` fallback or partial-coverage error equal the reference's.
+
+    Partial coverage may always be refused with the documented error, even where
+    the rule allows a silent fallback: refusing is the original rule (all
+    precomputed or all raw), and safer (``precomputed.partial_fallback``).
+    """
+    actual = _precomputed(target, case)
+    refusal = NotImplementedError(reference.PARTIAL_PRECOMPUTED_MESSAGE)
+    if reference.is_partially_precomputed(case) and actual.raised and same_error(refusal, actual.error):
+        return
+    expect_same(case, "precomputed embedding", _precomputed(REFERENCE, case), actual)
 
 
 @check(

@@ -15,6 +15,7 @@ from harness import reference
 from harness.checks.common import (
     REFERENCE,
     blocks_in_order,
+    collisions_are_hazards,
     permute,
     permuted,
     plain,
@@ -22,8 +23,8 @@ from harness.checks.common import (
     windows,
     with_window,
 )
-from harness.checks.outcome import Failure, Outcome, expect_same, is_clear_error, observe, value_of
-from harness.checks.registry import DIFFERENTIAL, METAMORPHIC, check
+from harness.checks.outcome import Hazard, Outcome, expect_same, is_clear_error, observe, value_of
+from harness.checks.registry import DIFFERENTIAL, HAZARD, METAMORPHIC, check
 from harness.model import Case
 from harness.targets.base import PER_REQUEST_PATH, PREFILL, Encoder, Target
 
@@ -53,12 +54,18 @@ def run(
 
 
 @check("prefill.matches_reference", rule="R3", family=DIFFERENTIAL, needs={PREFILL}, examples=_cases)
+@collisions_are_hazards
 def matches_reference(target: Target, case: Case, params: dict) -> None:
     """The encoder path's rows equal the reference's; a hash collision may instead raise a clear error."""
     actual = run(target, case)[0]
     if _refused_collision(case, actual):
         return
-    expect_same(case, "chunked prefill embedding", run(REFERENCE, case)[0], actual)
+    same(case, "chunked prefill embedding", run(REFERENCE, case)[0], actual)
+
+
+def same(case: Case, what: str, expected: Outcome, actual: Outcome) -> None:
+    """R3's comparison: ``None`` and an empty tensor are one answer (the caller treats both as no rows)."""
+    expect_same(case, what, expected, actual, none_is_empty=True)
 
 
 def _refused_collision(case: Case, outcome: Outcome) -> bool:
@@ -66,9 +73,13 @@ def _refused_collision(case: Case, outcome: Outcome) -> bool:
     return outcome.raised and is_clear_error(outcome.error) and reference.has_collision(case)
 
 
-@check("prefill.encoder_calls", rule="R3", family=DIFFERENTIAL, needs={PREFILL}, examples=_cases)
+@check("prefill.encoder_calls", rule="R3", family=HAZARD, needs={PREFILL}, examples=_cases)
 def encoder_calls(target: Target, case: Case, params: dict) -> None:
-    """Only items inside a window are encoded, each ``(hash, token count)`` at most once per batch."""
+    """Only items inside a window are encoded, each ``(hash, token count)`` at most once per batch.
+
+    Encoder work a window did not need gives the right rows, late or twice: a
+    hazard (the cost is the user's), never a divergence.
+    """
     outcome, encoder = run(target, case)
     if _refused_collision(case, outcome):
         return
@@ -76,14 +87,14 @@ def encoder_calls(target: Target, case: Case, params: dict) -> None:
     allowed = reference.items_in_windows(case)
     outside = [key for key in encoder.encoded if key not in allowed]
     if outside:
-        raise Failure(
+        raise Hazard(
             "items outside every window were encoded",
             expected=f"only (hash, tokens) in {sorted(allowed)}",
             actual=f"also {outside}",
         )
     repeated = sorted({key for key in encoder.encoded if encoder.encoded.count(key) > 1})
     if repeated:
-        raise Failure(
+        raise Hazard(
             "an item was encoded more than once in one batch",
             expected="each (hash, tokens) once",
             actual=f"{repeated} in calls {encoder.calls}",
@@ -101,6 +112,7 @@ def _row_bytes(case: Case) -> int:
 
 
 @check("prefill.cache_independent", rule="R3", family=METAMORPHIC, needs={PREFILL}, examples=_cases)
+@collisions_are_hazards
 def cache_independent(target: Target, case: Case, params: dict) -> None:
     """Cold, warm, tiny, zero-size and evicting caches all give the cold cache's result."""
     cold = run(target, case)[0]
@@ -114,17 +126,18 @@ def cache_independent(target: Target, case: Case, params: dict) -> None:
         cache = target.new_cache(size)
         run(target, _whole_windows(case), cache=cache)
         run(target, case, cache=cache)
-        expect_same(case, f"{name} cache (size {size}) vs cold", cold, run(target, case, cache=cache)[0])
+        same(case, f"{name} cache (size {size}) vs cold", cold, run(target, case, cache=cache)[0])
 
 
 @check("prefill.path_independent", rule="R3", family=METAMORPHIC, needs={PREFILL}, examples=_cases)
+@collisions_are_hazards
 def path_independent(target: Target, case: Case, params: dict) -> None:
     """The per-request path and a list-per-item encoder give the batched tensor-encoder result."""
     batched = run(target, case)[0]
-    expect_same(case, "list-form encoder vs tensor-form", batched, run(target, case, form="list")[0])
+    same(case, "list-form encoder vs tensor-form", batched, run(target, case, form="list")[0])
     if PER_REQUEST_PATH in target.capabilities:
         for form in ("tensor", "list"):
-            expect_same(
+            same(
                 case,
                 f"per-request path ({form} encoder) vs batched",
                 batched,
@@ -153,7 +166,7 @@ def schedule_concat(target: Target, case: Case, params: dict) -> None:
         if rows is not None:
             pieces.append(rows)
     joined = Outcome(value=torch.cat(pieces) if pieces else None)
-    expect_same(case, f"chunks of schedule {params['schedule']} vs one chunk", whole, joined)
+    same(case, f"chunks of schedule {params['schedule']} vs one chunk", whole, joined)
 
 
 @check(
@@ -171,9 +184,4 @@ def permutation(target: Target, case: Case, params: dict) -> None:
     def call(batch: Case) -> Outcome:
         return run(target, batch)[0]
 
-    expect_same(
-        case,
-        f"requests in order {order}",
-        blocks_in_order(call, case, order),
-        call(permute(case, order)),
-    )
+    same(case, f"requests in order {order}", blocks_in_order(call, case, order), call(permute(case, order)))

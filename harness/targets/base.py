@@ -36,8 +36,59 @@ Path = Literal["batched", "per_request"]
 EncoderForm = Literal["tensor", "list"]
 
 
+METHODS: dict[str, tuple[str, ...]] = {
+    CHUNK: ("embedding_chunk",),
+    PRECOMPUTED: ("precomputed_embedding",),
+    PREFILL: ("chunked_prefill_embedding", "new_cache"),
+    PER_REQUEST_PATH: ("chunked_prefill_embedding", "new_cache"),
+    EMBED_AND_MASK: ("embedding_and_mask", "new_cache"),
+    COUNT: ("count_mm_tokens",),
+    ADJUST: ("adjust_embedding_length",),
+    ONE_GRID: ("image_feature",),
+    SPLIT: ("split_item",),
+}
+"""What a target declaring a capability must implement; a target implements only what it declares."""
+
+
 class TargetError(Exception):
     """A target cannot be found, loaded or used; the message says what to do instead."""
+
+
+class HarnessGap(Exception):
+    """The harness could not drive the engine here, so nothing about the engine was learnt.
+
+    Raised by adapters and stubs: a stub or shim reached at run time, a call form
+    the adapter does not know, an engine object it cannot build. A check that
+    meets one reports *could not test* naming ``what``, never a divergence.
+    """
+
+    def __init__(self, message: str, *, what: str) -> None:
+        super().__init__(message)
+        self.what = what
+
+
+def gap_in(error: BaseException | None) -> HarnessGap | None:
+    """The ``HarnessGap`` behind an error, following ``raise ... from`` and implicit context."""
+    seen: set[int] = set()
+    while error is not None and id(error) not in seen:
+        if isinstance(error, HarnessGap):
+            return error
+        seen.add(id(error))
+        error = error.__cause__ or error.__context__
+    return None
+
+
+def missing_methods(target: object) -> list[str]:
+    """The methods a target's declared capabilities need and it lacks (empty when it is whole)."""
+    declared = getattr(target, "capabilities", frozenset())
+    return sorted(
+        {
+            f"{method} (for {capability})"
+            for capability in declared
+            for method in METHODS.get(capability, ())
+            if not callable(getattr(target, method, None))
+        }
+    )
 
 
 @dataclass
@@ -77,13 +128,23 @@ class FeatureItem:
 
 @runtime_checkable
 class Target(Protocol):
-    """What a check may ask of a target. Tensors in and out are on ``case.device``."""
+    """What a check may ask of a target. Tensors in and out are on ``case.device``.
+
+    Only ``name``, ``capabilities`` and ``describe`` are required: a target
+    implements the methods of the capabilities it declares (``METHODS``) and may
+    explain absent ones in a ``missing`` dict (capability -> why), which skip
+    reasons show. The methods below are the whole set, for a full target.
+    """
 
     name: str
     capabilities: frozenset[str]
 
     def describe(self) -> dict[str, Any]:
         """What ``mmharness targets`` shows: release, files, functions, stubbed names."""
+
+
+class FullTarget(Target, Protocol):
+    """A target with every capability's method (the reference, the engine model, SGLang)."""
 
     def embedding_chunk(
         self, embedding: torch.Tensor, case: Case, request: int

@@ -1,17 +1,18 @@
 """Load an engine's rule files by path, with every other engine import served by recorded stubs.
 
-Only the files that hold the multimodal scheduling rules are executed: the rules
-module (``srt/managers/mm_schedule.py``, else ``srt/managers/mm_utils.py``), the
-splitter's ``mm_utils.py``, the embedding cache ``srt/mem_cache/multimodal_cache.py``
-and ``srt/models/kimi_k3.py``. ``sglang/__init__.py`` never runs, so neither do
-the engine's GPU dependencies.
+Only the files an engine's ``Layout`` names are executed (for SGLang: the rules
+module, the splitter, the embedding cache, one model file); the engine's
+``__init__.py`` never runs, so neither do its GPU dependencies.
 
 How imports are kept private: each loaded module gets its own ``__builtins__``
-whose ``__import__`` resolves ``sglang.*`` names inside one ``Namespace`` (the
-rule files loaded for real, stub modules for the rest) and hands every other name
-to Python's import. Nothing named ``sglang*`` ever enters ``sys.modules``, so two
-releases load side by side in one process, next to an installed ``sglang``. The
-same ``__import__`` serves imports inside engine functions at call time.
+whose ``__import__`` resolves the engine's names (``sglang.*``) inside one
+``Namespace`` (the layout's files loaded for real, stub modules for the rest)
+and hands every other name to Python's import. Nothing of the engine ever
+enters ``sys.modules``, so two releases load side by side in one process, next
+to an installed copy. The same ``__import__`` serves imports inside engine
+functions at call time. A name read from a stub module is a faithful shim when
+the engine package provides one (``Shims.shim_for``), else a recorded ``Stub``
+(``harness.targets.stubs``), loud once the load is over.
 
 A load may opt in to serving named third-party top-level packages from recorded
 stubs too, when they are not installed (the payload parsers import ``msgspec``,
@@ -37,38 +38,14 @@ import re
 import sys
 import time
 import types
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
 from importlib.util import MAGIC_NUMBER
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
-from harness.targets import shims
 from harness.targets.base import TargetError
-
-ENGINE = "sglang"
-RULES_MODULES = ("sglang.srt.managers.mm_schedule", "sglang.srt.managers.mm_utils")
-"""Where the rules live, newest layout first (0.5.18+ moved them to ``mm_schedule``)."""
-SPLITTER_MODULE = "sglang.srt.managers.mm_utils"
-CACHE_MODULE = "sglang.srt.mem_cache.multimodal_cache"
-KIMI_MODULE = "sglang.srt.models.kimi_k3"
-
-ENGINE_FILES: dict[str, str] = {
-    "sglang.srt.managers.mm_schedule": "srt/managers/mm_schedule.py",
-    "sglang.srt.managers.mm_utils": "srt/managers/mm_utils.py",
-    CACHE_MODULE: "srt/mem_cache/multimodal_cache.py",
-    KIMI_MODULE: "srt/models/kimi_k3.py",
-}
-"""The engine files loaded for real, relative to the ``sglang/`` package directory."""
-
-SINGLE_FILES = {Path(rel).name: name for name, rel in ENGINE_FILES.items() if name != CACHE_MODULE}
-"""A lone ``.py`` file is known by its name: ``mm_schedule.py``, ``mm_utils.py``, ``kimi_k3.py``."""
-
-PARSER_FILES: dict[str, str] = {
-    "sglang.srt.managers.io_struct": "srt/managers/io_struct.py",
-    "sglang.srt.multimodal.processors.base_processor": "srt/multimodal/processors/base_processor.py",
-}
-"""The request payload parsers (fuzz targets), relative to ``sglang/``; loaded only by the fuzzers."""
+from harness.targets.stubs import Record, Stub
 
 CodeTransform = Callable[[str, types.CodeType], types.CodeType]
 """``(engine module name, code) -> code`` applied to each engine file before it runs."""
@@ -92,65 +69,87 @@ def cache_dir() -> Path:
 
 
 @dataclass(frozen=True)
+class Layout:
+    """Where an engine keeps the files a harness target loads, relative to its package directory."""
+
+    package: str
+    """The engine's top-level import name (``sglang``): its imports are served by the namespace."""
+    marker: str
+    """A directory every copy of the engine package holds (``srt``): tells its package dir apart."""
+    files: Mapping[str, str]
+    """Engine module name -> file relative to the package directory, in load order."""
+    kind: str = "rules"
+    """What the files hold, for error messages (``rules``, ``payload parsers``)."""
+
+    @property
+    def single_files(self) -> dict[str, str]:
+        """A lone ``.py`` file is known by its name."""
+        return {Path(rel).name: name for name, rel in self.files.items()}
+
+    def package_dir(self, given: Path) -> Path | None:
+        """The package directory for a path to it, to its parent, or to a checkout's root."""
+        for candidate in (given / self.package, given / "python" / self.package, given):
+            if candidate.name == self.package and (candidate / self.marker).is_dir():
+                return candidate
+        return None
+
+
+@dataclass(frozen=True)
 class Source:
-    """An engine's rule files: engine module name -> file, plus what the user pointed at."""
+    """An engine's files to load: engine module name -> file, plus what the user pointed at."""
 
     files: dict[str, Path]
     origin: str
     release: str | None = None
+    package_dir: Path | None = None
+    """The engine package directory, when the user pointed at one (not at a lone file)."""
 
 
-def locate(path: str | os.PathLike[str], *, release: str | None = None) -> Source:
-    """The rule files under ``path`` (a directory holding ``sglang/``, or one rule file)."""
+def locate(path: str | os.PathLike[str], layout: Layout, *, release: str | None = None) -> Source:
+    """The layout's files under ``path`` (a directory holding the package, or one of the files)."""
     given = Path(path).expanduser()
+    package = layout.package
+    names = ", ".join(layout.single_files)
     if given.is_file():
-        name = SINGLE_FILES.get(given.name)
+        name = layout.single_files.get(given.name)
         if name is None:
             raise TargetError(
-                f"{given} is not an SGLang rules file; give mm_schedule.py, mm_utils.py or"
-                " kimi_k3.py, or a directory holding sglang/"
+                f"{given} is not one of {package}'s {layout.kind} files; give {names},"
+                f" or a directory holding {package}/"
             )
         return Source({name: given.resolve()}, str(given), release)
     if not given.is_dir():
-        raise TargetError(f"{given} does not exist; give a directory holding sglang/ or a rules file")
-    package = _package_dir(given)
+        raise TargetError(f"{given} does not exist; give a directory holding {package}/ or one of {names}")
+    package_dir = layout.package_dir(given)
     files = {
-        name: (package / rel).resolve()
-        for name, rel in ENGINE_FILES.items()
-        if package is not None and (package / rel).is_file()
+        name: (package_dir / rel).resolve()
+        for name, rel in layout.files.items()
+        if package_dir is not None and (package_dir / rel).is_file()
     }
-    if not any(name in files for name in (*RULES_MODULES, KIMI_MODULE)):
+    if not files:
+        wanted = " or ".join(f"{package}/{rel}" for rel in layout.files.values())
         raise TargetError(
-            f"{given} holds no SGLang rules (no sglang/srt/managers/mm_schedule.py or"
-            " mm_utils.py); point at a directory holding sglang/ (an unpacked wheel,"
-            " site-packages, a fork's python/) or at one rules file"
+            f"{given} holds no {package} {layout.kind} (no {wanted}); point at a directory holding"
+            f" {package}/ (an unpacked wheel, site-packages, a checkout's python/) or at one of {names}"
         )
-    return Source(files, str(given), release or _release_of(package))
-
-
-def _package_dir(given: Path) -> Path | None:
-    """The ``sglang/`` package directory for a path to it, to its parent, or to a fork's root."""
-    for candidate in (given / "sglang", given / "python" / "sglang", given):
-        if candidate.name == ENGINE and (candidate / "srt").is_dir():
-            return candidate
-    return None
+    return Source(files, str(given), release or release_of(package_dir, package), package_dir)
 
 
 _QUOTED = re.compile(r"""["']([^"']+)["']""")
 PLACEHOLDER_VERSION = "0.0.0"
-"""What ``sglang/version.py`` falls back to when it cannot find the real version."""
+"""What a version file falls back to when it cannot find the real version."""
 
 
-def _release_of(package: Path | None) -> str | None:
+def release_of(package_dir: Path | None, package: str) -> str | None:
     """The release a package directory holds: its dist-info, else ``_version.py``/``version.py``."""
-    if package is None:
+    if package_dir is None:
         return None
-    for metadata in sorted(package.parent.glob("sglang-*.dist-info/METADATA")):
+    for metadata in sorted(package_dir.parent.glob(f"{package}-*.dist-info/METADATA")):
         for line in metadata.read_text(errors="replace").splitlines():
             if line.startswith("Version:"):
                 return line.split(":", 1)[1].strip()
     for name in ("_version.py", "version.py"):
-        version_file = package / name
+        version_file = package_dir / name
         if not version_file.is_file():
             continue
         for line in version_file.read_text(errors="replace").splitlines():
@@ -187,6 +186,18 @@ def compiled(path: Path) -> types.CodeType:
 # The private namespace ---------------------------------------------------------------
 
 
+class Shims(Protocol):
+    """An engine package's faithful stand-ins, asked by name for each name a stub module serves."""
+
+    def shim_for(self, name: str) -> Any | None:
+        """The shim for ``name``, or ``None`` for a recorded ``Stub``."""
+
+
+class NoShims:
+    def shim_for(self, name: str) -> None:
+        return None
+
+
 class StubModule(types.ModuleType):
     """An engine module the harness does not load: a name read from it is a shim or a ``Stub``."""
 
@@ -205,24 +216,26 @@ class StubModule(types.ModuleType):
 
 @dataclass
 class Namespace:
-    """One load's engine modules: the rule files executed for real, stub modules for the rest."""
+    """One load's engine modules: the layout's files executed for real, stub modules for the rest."""
 
+    package: str
     files: dict[str, Path]
-    record: shims.Record = field(default_factory=shims.Record)
+    record: Record = field(default_factory=Record)
+    shims: Shims = field(default_factory=NoShims)
     modules: dict[str, types.ModuleType] = field(default_factory=dict)
     tag: str = field(default_factory=lambda: f"{PRIVATE_PREFIX}{next(_loads)}")
     stub_packages: frozenset[str] = frozenset()
     """Third-party top-level packages served from stubs (the missing ones among those opted in)."""
     transform: CodeTransform | None = None
+    loud: bool = True
+    """Whether stubs raise when used after the load (see ``harness.targets.stubs``)."""
 
     def __post_init__(self) -> None:
         self.builtins = dict(vars(builtins))
         self.builtins["__import__"] = self.import_
-        self.item_type = type(
-            "MultimodalDataItem",
-            (shims.MultimodalDataItem,),
-            {"_mm_record": self.record, "__module__": shims.__name__},
-        )
+
+    def _stub(self, name: str, resolve: Callable[[str, str], Any] | None = None) -> Stub:
+        return Stub(name, self.record if self.loud else None, resolve)
 
     def synthesise(self, module: str, name: str) -> Any:
         """What a stub module answers for ``name``: a faithful shim, else a recorded ``Stub``.
@@ -232,21 +245,24 @@ class Namespace:
         qualified = f"{module}.{name}"
         if module.partition(".")[0] in self.stub_packages:
             self.record.stubbed.add(qualified)
-            return shims.Stub(qualified)
-        shim = shims.shim_for(name, self.record, self.item_type)
+            return self._stub(qualified)
+        shim = self.shims.shim_for(name)
         if shim is not None:
             self.record.shimmed.add(qualified)
             return shim
         self.record.stubbed.add(qualified)
-        return shims.Stub(qualified, self._resolve_below)
+        return self._stub(qualified, self._resolve_below)
 
     def _resolve_below(self, owner: str, name: str) -> Any:
-        """An attribute of a stub: a shim by name (the stub may be a module), else an unrecorded stub."""
-        shim = shims.shim_for(name, self.record, self.item_type)
+        """An attribute of a stub: a shim by name (the stub may be a module), else a stub of its own."""
+        shim = self.shims.shim_for(name)
         if shim is not None:
             self.record.shimmed.add(f"{owner}.{name}")
             return shim
-        return shims.Stub(f"{owner}.{name}", self._resolve_below)
+        qualified = f"{owner}.{name}"
+        if self.record.armed and self.loud:
+            raise self.record.reach(qualified)
+        return self._stub(qualified, self._resolve_below)
 
     def import_(
         self,
@@ -256,13 +272,14 @@ class Namespace:
         fromlist: tuple[str, ...] | list[str] | None = (),
         level: int = 0,
     ) -> Any:
-        """``__import__`` for engine code: ``sglang.*`` from this namespace, the rest as usual."""
+        """``__import__`` for engine code: the engine's names from this namespace, the rest as usual."""
+        top = name.partition(".")[0]
         if level:
             name = _resolve_relative(name, (globals or {}).get("__package__") or "", level)
-        elif name.partition(".")[0] not in (ENGINE, *self.stub_packages):
+        elif top not in (self.package, *self.stub_packages):
             return _REAL_IMPORT(name, globals, locals, fromlist, level)
-        elif name.partition(".")[0] != ENGINE:
-            self.record.packages.add(name.partition(".")[0])
+        elif top != self.package:
+            self.record.packages.add(top)
         module = self.module(name)
         if not fromlist:
             return self.module(name.partition(".")[0])
@@ -320,63 +337,69 @@ def _resolve_relative(name: str, package: str, level: int) -> str:
 
 @dataclass
 class Engine:
-    """One loaded engine: its real modules, what failed to load, and what was faked."""
+    """One loaded engine: its real modules, what failed to load, what was faked, and its shims."""
 
     source: Source
     modules: dict[str, types.ModuleType]
     errors: dict[str, str]
-    record: shims.Record
-    item_type: type
-    modality: Any
+    record: Record
+    shims: Any
     load_seconds: float
     installed: bool = False
 
     def module(self, name: str) -> types.ModuleType | None:
         return self.modules.get(name)
 
-    @property
-    def rules(self) -> types.ModuleType | None:
-        """The module holding the rules: ``mm_schedule`` where it exists, else ``mm_utils``."""
-        for name in RULES_MODULES:
-            module = self.modules.get(name)
-            if module is not None and hasattr(module, "get_embedding_and_mask"):
-                return module
-        return None
-
 
 def load(
     source: Source,
+    layout: Layout,
     *,
+    shims: Callable[[Record], Shims] | None = None,
     stub_packages: Collection[str] = (),
     transform: CodeTransform | None = None,
+    loud: bool = True,
 ) -> Engine:
-    """Execute the source's engine files in a fresh private namespace.
+    """Execute the source's engine files in a fresh private namespace, in the layout's order.
 
     A file that fails to execute is kept out and its error recorded (the adapter
     then lacks what it held); ``sys.modules`` is left as it was found.
+    ``shims`` makes the engine's stand-ins for this load's record;
     ``stub_packages`` names third-party top-level packages to serve from recorded
     stubs when they are not installed (an installed one is used for real);
-    ``transform`` rewrites each file's code before it runs.
+    ``transform`` rewrites each file's code before it runs; ``loud`` arms the
+    stubs once the files have loaded.
     """
     import torch  # noqa: F401 - every engine file imports it; its import is not the load's cost
 
     started = time.perf_counter()
+    record = Record()
+    engine_shims = shims(record) if shims is not None else NoShims()
     missing = frozenset(name for name in stub_packages if not _importable(name))
-    namespace = Namespace(dict(source.files), stub_packages=missing, transform=transform)
+    namespace = Namespace(
+        layout.package,
+        dict(source.files),
+        record=record,
+        shims=engine_shims,
+        stub_packages=missing,
+        transform=transform,
+        loud=loud,
+    )
     errors: dict[str, str] = {}
-    for name in sorted(source.files, key=_load_order):
+    order = list(layout.files)
+    for name in sorted(source.files, key=lambda n: order.index(n) if n in order else len(order)):
         try:
             namespace.module(name)
         except Exception as error:  # an engine file we cannot run: report it, keep the rest
             errors[name] = f"{type(error).__name__}: {error}".splitlines()[0]
+    record.armed = loud
     real = {name: namespace.modules[name] for name in source.files if name in namespace.modules}
     return Engine(
         source=source,
         modules=real,
         errors=errors,
-        record=namespace.record,
-        item_type=namespace.item_type,
-        modality=shims.Modality,
+        record=record,
+        shims=engine_shims,
         load_seconds=time.perf_counter() - started,
     )
 
@@ -388,23 +411,18 @@ def _importable(package: str) -> bool:
         return False
 
 
-def _load_order(name: str) -> int:
-    order = (CACHE_MODULE, *RULES_MODULES, KIMI_MODULE)
-    return order.index(name) if name in order else len(order)
-
-
-def load_installed() -> Engine:
-    """The installed ``sglang``, imported normally (its own item type, cache and context)."""
+def load_installed(layout: Layout, shims: Any, *, hint: Callable[[BaseException], str]) -> Engine:
+    """The installed engine package, imported normally; ``hint`` words the error when it does not import."""
     import importlib
 
     started = time.perf_counter()
     try:
-        importlib.import_module(ENGINE)
+        importlib.import_module(layout.package)
     except Exception as error:
-        raise TargetError(_installed_hint(error)) from None
+        raise TargetError(hint(error)) from None
     modules: dict[str, types.ModuleType] = {}
     errors: dict[str, str] = {}
-    for name in ENGINE_FILES:
+    for name in layout.files:
         try:
             modules[name] = importlib.import_module(name)
         except ModuleNotFoundError as error:
@@ -412,38 +430,25 @@ def load_installed() -> Engine:
                 errors[name] = f"{type(error).__name__}: {error}"
         except Exception as error:
             errors[name] = f"{type(error).__name__}: {error}".splitlines()[0]
-    rules = [modules[n] for n in RULES_MODULES if n in modules]
-    if not rules:
-        first = next(iter(errors.values()), "no rules module")
-        raise TargetError(_installed_hint(RuntimeError(first)))
-    schedule_batch = importlib.import_module("sglang.srt.managers.schedule_batch")
+    if not modules:
+        first = next(iter(errors.values()), f"none of its {layout.kind} files")
+        raise TargetError(hint(RuntimeError(first)))
     files = {name: Path(module.__file__ or name) for name, module in modules.items()}
     return Engine(
-        source=Source(files, ENGINE, _installed_version()),
+        source=Source(files, layout.package, installed_version(layout.package)),
         modules=modules,
         errors=errors,
-        record=shims.Record(),
-        item_type=schedule_batch.MultimodalDataItem,
-        modality=schedule_batch.Modality,
+        record=Record(),
+        shims=shims,
         load_seconds=time.perf_counter() - started,
         installed=True,
     )
 
 
-def _installed_version() -> str | None:
+def installed_version(package: str) -> str | None:
     from importlib import metadata
 
     try:
-        return metadata.version(ENGINE)
+        return metadata.version(package)
     except metadata.PackageNotFoundError:
         return None
-
-
-def _installed_hint(error: BaseException) -> str:
-    version = _installed_version()
-    release = f"sglang=={version}" if version else "sglang==X (e.g. sglang==0.5.23)"
-    reason = f"{type(error).__name__}: {error}".splitlines()[0]
-    return (
-        f"the installed sglang does not import ({reason}); use {release} to load that release"
-        " by path, or a path spec (a directory holding sglang/)"
-    )

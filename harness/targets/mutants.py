@@ -18,9 +18,10 @@ from harness.targets.engine_model import EngineModel
 class Mutant:
     """One seeded bug: its ``EngineModel.bug`` switch, the rule it breaks, what goes wrong.
 
-    A ``hazard`` mutant reproduces an engine behaviour DESIGN §3 calls a hazard
-    (it follows the rules but loses data); only hazard checks see it, so it
-    fails a run under ``--strict`` only.
+    A ``hazard`` mutant reproduces an engine behaviour the rules call a hazard
+    (it follows the rules but can hurt a user: lost data, wasted encoder work,
+    malformed input served); only hazard findings show it, so it fails a run
+    under ``--strict`` only.
     """
 
     name: str
@@ -40,7 +41,12 @@ _MUTANTS = (
     Mutant(
         "chunk_nonempty_at_zero_extend", "R1", "extend_len 0 reads as 'to the end': rows returned"
     ),
-    Mutant("skip_span_validation", "R1", "unsorted, overlapping or out-of-range spans are served"),
+    Mutant(
+        "skip_span_validation",
+        "R1",
+        "unsorted, overlapping or out-of-range spans are served",
+        hazard=True,
+    ),
     Mutant(
         "skip_row_validation",
         "R1",
@@ -61,14 +67,27 @@ _MUTANTS = (
     Mutant("precomputed_no_flatten", "R2", "a 3-D [1, n, H] result is not flattened to 2-D"),
     # R3 chunked prefill and the embedding cache
     Mutant("prefill_cache_warmth", "R3", "a warm hit serves the item's chunk of an earlier window"),
-    Mutant("prefill_cache_ignores_row_count", "R3", "a cached entry of another row count is a hit"),
     Mutant(
-        "prefill_dedup_ignores_count", "R3", "dedup by hash alone: a collision gets the other rows"
+        "prefill_cache_ignores_row_count",
+        "R3",
+        "a cached entry of another row count is a hit",
+        hazard=True,
     ),
     Mutant(
-        "prefill_encodes_outside_window", "R3", "items wholly before the window are encoded again"
+        "prefill_dedup_ignores_count",
+        "R3",
+        "dedup by hash alone: a collision gets the other rows",
+        hazard=True,
     ),
-    Mutant("prefill_duplicate_encode", "R3", "one (hash, count) encoded once per occurrence"),
+    Mutant(
+        "prefill_encodes_outside_window",
+        "R3",
+        "items wholly before the window are encoded again",
+        hazard=True,
+    ),
+    Mutant(
+        "prefill_duplicate_encode", "R3", "one (hash, count) encoded once per occurrence", hazard=True
+    ),
     Mutant("prefill_request_order", "R3", "request chunks are concatenated in reverse order"),
     Mutant("prefill_list_output_unflattened", "R3", "list-form [1, n, H] blocks are not flattened"),
     Mutant(
@@ -78,7 +97,12 @@ _MUTANTS = (
     Mutant(
         "prefill_reads_back_from_cache", "R3", "rows read back from the cache: a refused item drops"
     ),
-    Mutant("prefill_overlap_by_extent", "R3", "a window between a video's spans counts as overlap"),
+    Mutant(
+        "prefill_overlap_by_extent",
+        "R3",
+        "a window between a video's spans counts as overlap",
+        hazard=True,
+    ),
     # R3e end to end
     Mutant("mask_first_placeholder_only", "R3e", "the mask uses only the first placeholder id"),
     Mutant("mask_marks_text", "R3e", "the mask marks the text tokens instead of the placeholders"),

@@ -1,10 +1,10 @@
-"""``sglang==X``: download a release's wheel once and keep only the Python files the harness loads.
+"""``ENGINE==X``: download a release's wheel once and keep only the Python files the harness loads.
 
 ``pip download --no-deps`` fetches the wheel (any platform's will do: only ``.py``
-files are read; from 0.5.15 on the wheels are platform-specific, so a host that
-matches none retries as a manylinux x86_64 CPython host). The rule files, the
-payload normalisers and the version files are unpacked into
-``<cache>/releases/sglang-X/`` and the wheel is deleted. Unpacking goes to a
+files are read; some engines ship platform-specific wheels, so a host
+that matches none retries as a manylinux x86_64 CPython host). The members the
+engine package names (its rule files, payload parsers, version files) are
+unpacked into ``<cache>/releases/ENGINE-X/`` and the wheel is deleted. Unpacking goes to a
 temporary directory renamed into place, so concurrent workers (``pytest -n``)
 never see half a release.
 
@@ -24,19 +24,12 @@ import zipfile
 from pathlib import Path
 
 from harness.targets.base import TargetError
-from harness.targets.loader import ENGINE, ENGINE_FILES, cache_dir
+from harness.targets.loader import cache_dir
 
-MEMBERS = (
-    *(f"{ENGINE}/{rel}" for rel in ENGINE_FILES.values()),
-    f"{ENGINE}/srt/managers/io_struct.py",
-    f"{ENGINE}/srt/multimodal/processors/base_processor.py",
-    f"{ENGINE}/_version.py",
-    f"{ENGINE}/version.py",
-)
-"""What is kept of a wheel: the files the loader runs, the payload normalisers, the version."""
-
-COMPLETE = "mmharness-release.txt"
-"""Written last into an unpacked release: its presence means the release is complete."""
+COMPLETE = "mmharness-release-2.txt"
+"""Written last into an unpacked release: its presence means the release is complete.
+(The ``-2`` marks the member set that includes each release's item type: older
+unpacked releases lack it and are fetched again.)"""
 
 FALLBACK_HOSTS = (
     ("manylinux_2_34_x86_64", "3.12"),
@@ -59,22 +52,27 @@ _OFFLINE = (
 )
 
 
-def release_dir(version: str) -> Path:
-    return cache_dir() / "releases" / f"{ENGINE}-{version}"
+def release_dir(package: str, version: str) -> Path:
+    return cache_dir() / "releases" / f"{package}-{version}"
 
 
-def fetch(version: str) -> Path:
-    """The unpacked release (the directory holding ``sglang/``), downloading it on first use."""
+def fetch(package: str, version: str, members: tuple[str, ...], *, example: str) -> Path:
+    """The unpacked release (the directory holding ``PACKAGE/``), downloading it on first use.
+
+    ``members`` are the wheel paths to keep; ``example`` is a version to suggest.
+    """
     if not _VERSION_SPEC.match(version):
-        raise TargetError(f"sglang=={version}: not a release version; write e.g. sglang==0.5.23")
-    target = release_dir(version)
+        raise TargetError(
+            f"{package}=={version}: not a release version; write e.g. {package}=={example}"
+        )
+    target = release_dir(package, version)
     if (target / COMPLETE).is_file():
         return target
     target.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=target.parent, prefix=f".{target.name}.") as scratch:
-        wheel = _download(version, Path(scratch) / "wheel")
+        wheel = _download(package, version, Path(scratch) / "wheel")
         unpacked = Path(scratch) / "unpacked"
-        _unpack(wheel, unpacked, version)
+        _unpack(wheel, unpacked, package, version, members)
         try:
             os.rename(unpacked, target)
         except OSError:
@@ -84,8 +82,8 @@ def fetch(version: str) -> Path:
     return target
 
 
-def _download(version: str, into: Path) -> Path:
-    requirement = f"{ENGINE}=={version}"
+def _download(package: str, version: str, into: Path) -> Path:
+    requirement = f"{package}=={version}"
     attempts = [[]] + [
         [
             "--platform",
@@ -108,7 +106,7 @@ def _download(version: str, into: Path) -> Path:
         outputs.append(output)
         if _offline(output) or "Could not find a version" not in output:
             break
-    raise TargetError(_explain(version, outputs))
+    raise TargetError(_explain(package, version, outputs))
 
 
 def _pip_download(requirement: str, into: Path, extra: list[str]) -> str:
@@ -131,32 +129,33 @@ def _offline(output: str) -> bool:
     return any(marker in output for marker in _OFFLINE)
 
 
-def _explain(version: str, outputs: list[str]) -> str:
+def _explain(package: str, version: str, outputs: list[str]) -> str:
     """One line from pip's output: no network, no such release, or pip's own last error."""
     last = outputs[-1]
-    where = f"or copy an unpacked release to {release_dir(version)} or use a path spec"
+    where = f"or copy an unpacked release to {release_dir(package, version)} or use a path spec"
+    requirement = f"{package}=={version}"
     if "No module named pip" in last:
-        return f"cannot download sglang=={version}: this Python has no pip; install pip, {where}"
+        return f"cannot download {requirement}: this Python has no pip; install pip, {where}"
     if any(_offline(output) for output in outputs):
         return (
-            f"cannot download sglang=={version}: the package index is unreachable (no network?);"
+            f"cannot download {requirement}: the package index is unreachable (no network?);"
             f" retry where it is reachable, {where}"
         )
     listed = [v.strip() for output in outputs for v in _found_versions(output)]
     if listed:
         known = sorted(set(listed), key=_version_key)
         return (
-            f"sglang=={version} is not on the package index (latest is {known[-1]});"
-            " pick a listed release (`pip index versions sglang`) or use a path spec"
+            f"{requirement} is not on the package index (latest is {known[-1]});"
+            f" pick a listed release (`pip index versions {package}`) or use a path spec"
         )
     if "from versions: none" in last:
         return (
-            f"sglang=={version}: the package index lists no sglang wheels (network or index"
+            f"{requirement}: the package index lists no {package} wheels (network or index"
             f" configuration?); check pip's index settings, {where}"
         )
     errors = [line for line in last.splitlines() if line.startswith("ERROR")]
     reason = errors[0].removeprefix("ERROR: ") if errors else "pip download failed"
-    return f"cannot download sglang=={version}: {reason}; {where}"
+    return f"cannot download {requirement}: {reason}; {where}"
 
 
 def _found_versions(output: str) -> list[str]:
@@ -171,17 +170,18 @@ def _version_key(version: str) -> tuple:
     return tuple((0, int(p), "") if p.isdigit() else (1, 0, p) for p in parts)
 
 
-def _unpack(wheel: Path, into: Path, version: str) -> None:
+def _unpack(wheel: Path, into: Path, package: str, version: str, members: tuple[str, ...]) -> None:
     """Copy the kept members out of the wheel into a fresh directory, then mark it complete."""
     try:
         archive = zipfile.ZipFile(wheel)
     except zipfile.BadZipFile:
         raise TargetError(
-            f"the downloaded wheel {wheel.name} is not a zip file; delete {release_dir(version)} and retry"
+            f"the downloaded wheel {wheel.name} is not a zip file;"
+            f" delete {release_dir(package, version)} and retry"
         ) from None
     with archive:
         names = set(archive.namelist())
-        kept = [m for m in MEMBERS if m in names]
+        kept = [m for m in members if m in names]
         kept += [n for n in names if n.endswith(".dist-info/METADATA")]
         for member in kept:
             destination = into / member

@@ -1,43 +1,140 @@
-"""Target specs (DESIGN §5) -> ``Target`` objects, with one-line errors for bad specs."""
+"""Target specs -> ``Target`` objects, through a registry of spec forms open to other packages.
+
+Built in: ``reference`` and ``mutant:NAME``. Each engine package
+(``harness.engines.NAME``) contributes its own forms (``sglang``,
+``sglang==X``, a path) as ``SPEC_FORMS``; a third-party package adds forms or
+whole targets through the ``mmharness.targets`` entry-point group:
+
+- an entry point whose object is a ``SpecForm`` (or a sequence of them) adds
+  those forms, the way an engine package does;
+- any other object is a target class or factory, and the entry point's name is
+  its spec (``my-engine`` -> ``MyTarget()``).
+
+``module:attr`` names a target class, factory or instance directly. A target
+implements only the capabilities it declares (``harness.targets.base.METHODS``);
+a mismatch is refused with the missing methods named.
+"""
 
 from __future__ import annotations
 
 import importlib
 import os
+import sys
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from functools import cache
 
-from harness.targets.base import Target, TargetError
+from harness.targets.base import Target, TargetError, missing_methods
 
-SPEC_FORMS = "reference, mutant:NAME, sglang, sglang==X, a path, or module:attr"
+ENTRY_POINT_GROUP = "mmharness.targets"
+ENGINES = ("harness.engines.sglang",)
+"""Engine packages shipped with the harness; each exposes ``SPEC_FORMS``."""
+
+
+@dataclass(frozen=True)
+class SpecForm:
+    """One way of writing a target spec: how it looks, what it means, how to build its target."""
+
+    pattern: str
+    """How the form is written, for listings (``sglang==X``)."""
+    description: str
+    matches: Callable[[str], bool]
+    resolve: Callable[[str], Target]
+    paths: bool = False
+    """Whether the form claims file-system paths (asked only of specs written like a path)."""
+
+
+def _reference(spec: str) -> Target:
+    from harness.targets.reference import ReferenceTarget
+
+    return ReferenceTarget()
+
+
+def _mutant(spec: str) -> Target:
+    from harness.targets.mutants import MUTANTS, mutant
+
+    name = spec.removeprefix("mutant:")
+    if name not in MUTANTS:
+        raise TargetError(f"unknown mutant {name!r}; `mmharness targets` lists all {len(MUTANTS)}")
+    return mutant(name)
+
+
+BUILT_IN = (
+    SpecForm("reference", "the reference model (self-check)", lambda s: s == "reference", _reference),
+    SpecForm(
+        "mutant:NAME",
+        "the engine model with one seeded bug (listed below)",
+        lambda s: s.startswith("mutant:"),
+        _mutant,
+    ),
+)
+
+
+@cache
+def forms() -> tuple[SpecForm, ...]:
+    """Every spec form: built in, the shipped engines', then the entry points' (in name order)."""
+    found = list(BUILT_IN)
+    for name in ENGINES:
+        found += importlib.import_module(name).SPEC_FORMS
+    for entry in _entry_points():
+        try:
+            obj = entry.load()
+        except Exception as error:  # a broken plugin must not break every other target
+            print(
+                f"mmharness: entry point {entry.name!r} ({entry.value}) failed to load: {error}",
+                file=sys.stderr,
+            )
+            continue
+        if isinstance(obj, SpecForm):
+            found.append(obj)
+        elif isinstance(obj, (list, tuple)) and all(isinstance(f, SpecForm) for f in obj):
+            found += obj
+        else:
+            found.append(_named_target(entry.name, entry.value, obj))
+    return tuple(found)
+
+
+def _entry_points() -> list:
+    from importlib.metadata import entry_points
+
+    return sorted(entry_points(group=ENTRY_POINT_GROUP), key=lambda e: e.name)
+
+
+def _named_target(name: str, where: str, obj: object) -> SpecForm:
+    return SpecForm(
+        name,
+        f"third-party target ({where})",
+        lambda s: s == name,
+        lambda s: _instantiate(s, name, obj),
+    )
 
 
 def resolve(spec: str) -> Target:
     """The target a spec names; ``TargetError`` with what to do instead when it names none."""
-    if spec == "reference":
-        from harness.targets.reference import ReferenceTarget
-
-        return ReferenceTarget()
-    if spec.startswith("mutant:"):
-        from harness.targets.mutants import MUTANTS, mutant
-
-        name = spec.removeprefix("mutant:")
-        if name not in MUTANTS:
-            raise TargetError(
-                f"unknown mutant {name!r}; `mmharness targets` lists all {len(MUTANTS)}"
-            )
-        return mutant(name)
-    if spec == "sglang" or spec.startswith("sglang=="):
-        from harness.targets import sglang
-
-        if spec == "sglang":
-            return sglang.installed()
-        return sglang.from_release(spec.removeprefix("sglang=="))
+    every = forms()
+    for form in every:
+        if not form.paths and form.matches(spec):
+            return form.resolve(spec)
     if _is_path(spec):
-        from harness.targets import sglang
-
-        return sglang.from_path(spec)
+        path_forms = [form for form in every if form.paths]
+        for form in path_forms:
+            if form.matches(spec):
+                return form.resolve(spec)
+        if not os.path.exists(os.path.expanduser(spec)):
+            raise TargetError(
+                f"{spec} does not exist; give a directory holding an engine package or a rules file"
+            )
+        if len(path_forms) == 1:
+            return path_forms[0].resolve(spec)  # its own error says what that path lacks
+        raise TargetError(f"{spec} holds no engine files the harness knows ({_spec_forms(every)})")
     if ":" in spec:
-        return _user_adapter(spec)
-    raise TargetError(f"unknown target {spec!r}: expected {SPEC_FORMS}")
+        module_name, _, attr = spec.partition(":")
+        return _instantiate(spec, attr, _import_attr(spec, module_name, attr))
+    raise TargetError(f"unknown target {spec!r}: expected {_spec_forms(every)}, or module:attr")
+
+
+def _spec_forms(every: Sequence[SpecForm]) -> str:
+    return ", ".join(form.pattern for form in every)
 
 
 def _is_path(spec: str) -> bool:
@@ -46,8 +143,9 @@ def _is_path(spec: str) -> bool:
     return written_like_a_path or os.path.exists(spec)
 
 
-def _user_adapter(spec: str) -> Target:
-    module_name, _, attr = spec.partition(":")
+def _import_attr(spec: str, module_name: str, attr: str) -> object:
+    if "" not in sys.path and os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())  # `module:attr` in the current directory, as `python -m` finds it
     try:
         module = importlib.import_module(module_name)
     except Exception as error:  # a user's module may fail in any way while importing
@@ -57,26 +155,39 @@ def _user_adapter(spec: str) -> Target:
     obj = getattr(module, attr, None)
     if obj is None:
         raise TargetError(f"target {spec!r}: module {module_name!r} has no attribute {attr!r}")
+    return obj
+
+
+def _instantiate(spec: str, attr: str, obj: object) -> Target:
     try:
-        target = obj() if isinstance(obj, type) else obj
+        target = obj() if isinstance(obj, type) or (callable(obj) and not _looks_like_target(obj)) else obj
+    except TargetError:
+        raise
     except Exception as error:
         raise TargetError(f"target {spec!r}: {attr}() raised {type(error).__name__}: {error}") from error
     if not isinstance(target, Target):
+        lacking = [a for a in ("name", "capabilities", "describe") if not hasattr(target, a)]
         raise TargetError(
-            f"target {spec!r}: {attr!r} does not implement harness.targets.base.Target"
+            f"target {spec!r}: {attr!r} is not a target: it lacks {', '.join(lacking)}"
+            " (see harness.targets.base.Target)"
+        )
+    missing = missing_methods(target)
+    if missing:
+        raise TargetError(
+            f"target {spec!r}: declares capabilities it does not implement: missing {', '.join(missing)}"
         )
     return target
 
 
+def _looks_like_target(obj: object) -> bool:
+    return all(hasattr(obj, a) for a in ("name", "capabilities", "describe"))
+
+
 def listing() -> list[tuple[str, str]]:
-    """Every built-in target spec with a one-line description, for ``mmharness targets``."""
+    """Every spec form and mutant with a one-line description, for ``mmharness targets``."""
     from harness.targets.mutants import MUTANTS
 
-    rows = [
-        ("reference", "the reference model (self-check)"),
-        ("sglang", "the installed sglang package, imported normally"),
-        ("sglang==X", "SGLang release X, downloaded once and loaded by path (e.g. sglang==0.5.23)"),
-        ("PATH", "a dir holding sglang/ (wheel, site-packages, fork's python/), or a rules file"),
-    ]
+    rows = [(form.pattern, form.description) for form in forms()]
     rows += [(f"mutant:{m.name}", f"[{m.rule}] {m.description}") for m in MUTANTS.values()]
+    rows.append(("module:attr", "your own adapter: a Target class, factory or instance"))
     return rows

@@ -54,6 +54,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from harness.engines.sglang import layout, shims
+from harness.engines.sglang.parsers import Parsers
 from harness.fuzz import (
     Baseline,
     ErrorPolicy,
@@ -62,9 +64,7 @@ from harness.fuzz import (
     raised_deliberately,
 )
 from harness.fuzz.payloads import Draw, OutsideLimits, decode_json, materialise
-from harness.targets import loader, shims
 from harness.targets.base import TargetError
-from harness.targets.parsers import Parsers
 
 DEFAULT_TARGET = "sglang==0.5.23"
 IMAGE_DATA = "sglang-image-data"
@@ -248,7 +248,7 @@ def _refuse_mixed_formats(lists: dict[str, Any]) -> None:
 
 def _collector_runner(parsers: Parsers) -> Runner:
     collect = parsers.collector(MM_ITEMS)
-    modality_type = parsers.engine.modality
+    modality_type = parsers.engine.shims.modality
 
     def run(payload: dict[str, Any]) -> None:
         data, name = payload.get("data_dict"), payload.get("modality")
@@ -520,7 +520,7 @@ def entry(
     target = TARGETS[parser]
     run = target.runner(parsers)
     decode = _decoder(target.generate, vocabulary(parsers))
-    files = {str(path): f"sglang/{loader.PARSER_FILES[name]}" for name, path in parsers.files.items()}
+    files = {str(path): f"sglang/{layout.PARSERS.files[name]}" for name, path in parsers.files.items()}
 
     def parse(data: bytes) -> None:
         payload = decode(data)
@@ -554,7 +554,7 @@ def dictionary(parsers: Parsers) -> str:
 
 def describe(parser: str, target: str) -> dict[str, Any]:
     """What ``mmharness fuzz PARSER --describe`` shows: the loaded parsers and the function fuzzed."""
-    from harness.targets import parsers as parser_targets
+    from harness.engines.sglang import parsers as parser_targets
 
     loaded = parser_targets.resolve(target)
     TARGETS[parser].runner(loaded)
@@ -573,7 +573,7 @@ def main(
     """Fuzz one engine parser; coverage comes from the parser files only (instrumented as loaded)."""
     import atheris
 
-    from harness.targets import parsers as parser_targets
+    from harness.engines.sglang import parsers as parser_targets
 
     loaded = parser_targets.resolve(target, transform=lambda name, code: atheris.patch_code(code, True))
     test_one_input = entry(parser, loaded, strict=strict, baseline=baseline)

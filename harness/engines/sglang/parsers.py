@@ -27,45 +27,23 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+from harness.engines.sglang import adapter, layout
+from harness.engines.sglang.layout import PROCESSOR_MODULE, REQUEST_MODULE
 from harness.targets import loader
 from harness.targets.base import TargetError
 
-REQUEST_MODULE = "sglang.srt.managers.io_struct"
-PROCESSOR_MODULE = "sglang.srt.multimodal.processors.base_processor"
 REQUEST_CLASS = "GenerateReqInput"
 PROCESSOR_CLASS = "BaseMultimodalProcessor"
 
 STUB_PACKAGES = ("PIL", "decord", "msgspec", "pydantic", "transformers", "zmq")
 """Third-party packages these files import at module level (0.4.x to 0.5.23); stubbed when missing."""
 
-SINGLE_FILES = {Path(rel).name: name for name, rel in loader.PARSER_FILES.items()}
-"""A lone file is known by its name: ``io_struct.py`` or ``base_processor.py``."""
-
 SPEC_FORMS = "sglang==X, a directory holding sglang/, io_struct.py or base_processor.py"
 
 
 def locate(path: str | Path, *, release: str | None = None) -> loader.Source:
     """The parser files under ``path`` (a directory holding ``sglang/``, or one parser file)."""
-    given = Path(path).expanduser()
-    if given.is_file():
-        name = SINGLE_FILES.get(given.name)
-        if name is None:
-            raise TargetError(f"{given} is not an SGLang payload parser file; give {SPEC_FORMS}")
-        return loader.Source({name: given.resolve()}, str(given), release)
-    if not given.is_dir():
-        raise TargetError(f"{given} does not exist; give {SPEC_FORMS}")
-    package = loader._package_dir(given)
-    files = {
-        name: (package / rel).resolve()
-        for name, rel in loader.PARSER_FILES.items()
-        if package is not None and (package / rel).is_file()
-    }
-    if not files:
-        raise TargetError(
-            f"{given} holds no SGLang payload parsers (no sglang/srt/managers/io_struct.py or"
-            " sglang/srt/multimodal/processors/base_processor.py)"
-        )
-    return loader.Source(files, str(given), release or loader._release_of(package))
+    return loader.locate(path, layout.PARSERS, release=release)
 
 
 @dataclass
@@ -86,7 +64,7 @@ class Parsers:
 
     def _member(self, module: str, cls: str, attr: str | None, purpose: str) -> Any:
         found: Any = self.engine.modules.get(module)
-        where = loader.PARSER_FILES[module]
+        where = layout.PARSERS.files[module]
         for step in (cls, attr):
             if step is not None and found is not None:
                 found = getattr(found, step, None)
@@ -220,7 +198,14 @@ def _init_values(tree: ast.ClassDef, wanted: set[str], module: ModuleType) -> di
 def from_source(
     source: loader.Source, *, name: str, transform: loader.CodeTransform | None = None
 ) -> Parsers:
-    engine = loader.load(source, stub_packages=STUB_PACKAGES, transform=transform)
+    engine = loader.load(
+        source,
+        layout.PARSERS,
+        shims=adapter.shims_for(source),
+        stub_packages=STUB_PACKAGES,
+        transform=transform,
+        loud=False,
+    )
     if not engine.modules:
         errors = "; ".join(f"{n}: {e}" for n, e in engine.errors.items())
         raise TargetError(f"{name}: no payload parser file could be loaded ({errors})")
@@ -230,10 +215,8 @@ def from_source(
 def resolve(spec: str, *, transform: loader.CodeTransform | None = None) -> Parsers:
     """The parsers a target spec names: ``sglang==X`` (downloaded once) or a path."""
     if spec.startswith("sglang=="):
-        from harness.targets import releases
-
         version = spec.removeprefix("sglang==")
-        root = releases.fetch(version)
+        root = adapter.fetch(version)
         try:
             source = locate(root, release=version)
         except TargetError:

@@ -4,8 +4,9 @@ The scheduling rules import a few dozen names from the rest of the engine (its
 data item type, runtime context, platform probes, loggers, GPU kernels). The
 loader serves each such import from a stub module: a handful of names get a
 *faithful shim* written here from how the rules use them (never copied from
-SGLang), and every other name gets a ``Stub``, a harmless placeholder that is
-recorded so ``describe()`` can show the user what was faked.
+SGLang), and every other name gets a recorded ``Stub`` that turns loud once the
+files have loaded (``harness.targets.stubs``), so ``describe()`` shows what was
+faked and a run that needs more says so.
 
 torch is imported only inside functions: importing this module must stay cheap.
 """
@@ -13,110 +14,18 @@ torch is imported only inside functions: importing this module must stay cheap.
 from __future__ import annotations
 
 import enum
-import inspect
 import logging
 from collections import OrderedDict
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
+
+from harness.engines.sglang.items import ItemSchema
+from harness.targets.base import HarnessGap
+from harness.targets.stubs import Record, Stub
 
 ENGINE_LOGGER = "mmharness.engine"
 """Where the engine's own warnings go; silent unless a user attaches a handler."""
-
-
-@dataclass
-class Record:
-    """Every name the loader synthesised or shimmed, and what the engine asked the item shim for."""
-
-    stubbed: set[str] = field(default_factory=set)
-    shimmed: set[str] = field(default_factory=set)
-    item_misses: set[str] = field(default_factory=set)
-    packages: set[str] = field(default_factory=set)
-    """Third-party top-level packages served from stubs (only when a load opts in, see the loader)."""
-
-
-# Placeholders ------------------------------------------------------------------------
-
-
-class Stub:
-    """A placeholder for an engine name the harness does not load.
-
-    It survives what module-level engine code does with imported names: call it,
-    read attributes, subclass it (``__mro_entries__``, class keywords such as
-    ``msgspec.Struct``'s ``kw_only=True`` included), decorate with it (a call
-    with one function or class returns it unchanged), use it in annotations
-    (``X | None``, ``X[int]``) and in ``isinstance`` (never matches). It is falsy,
-    so feature switches read from it are off.
-
-    A stub may stand for a module (``from sglang.srt.managers import
-    schedule_batch``), so a ``resolve`` hook, when given, answers its attributes:
-    that is how ``schedule_batch.MultimodalDataItem`` still reaches the shim.
-    """
-
-    __slots__ = ("_mm_class", "_mm_name", "_mm_resolve")
-
-    def __init__(self, name: str, resolve: Callable[[str, str], Any] | None = None) -> None:
-        object.__setattr__(self, "_mm_name", name)
-        object.__setattr__(self, "_mm_class", None)
-        object.__setattr__(self, "_mm_resolve", resolve)
-
-    def __getattr__(self, name: str) -> Any:
-        if name.startswith("__") and name.endswith("__"):
-            raise AttributeError(name)
-        if self._mm_resolve is not None:
-            return self._mm_resolve(self._mm_name, name)
-        return Stub(f"{self._mm_name}.{name}")
-
-    def __setattr__(self, name: str, value: Any) -> None:
-        """Engine code may set attributes on a stub (a registry, a flag); ignore them."""
-
-    def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        if len(args) == 1 and not kwargs and (inspect.isfunction(args[0]) or isinstance(args[0], type)):
-            return args[0]
-        return Stub(f"{self._mm_name}()")
-
-    def __mro_entries__(self, bases: tuple) -> tuple[type]:
-        if self._mm_class is None:
-            name = self._mm_name.rsplit(".", 1)[-1]
-            namespace = {"__doc__": f"stub of {self._mm_name}", "__init_subclass__": _any_class_keywords}
-            object.__setattr__(self, "_mm_class", type(name, (), namespace))
-        return (self._mm_class,)
-
-    def __getitem__(self, key: Any) -> Stub:
-        return self
-
-    def __or__(self, other: Any) -> Stub:
-        return self
-
-    __ror__ = __or__
-
-    def __instancecheck__(self, obj: Any) -> bool:
-        return False
-
-    def __subclasscheck__(self, cls: Any) -> bool:
-        return False
-
-    def __bool__(self) -> bool:
-        return False
-
-    def __iter__(self):
-        return iter(())
-
-    def __len__(self) -> int:
-        return 0
-
-    def __enter__(self) -> Stub:
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        return None
-
-    def __repr__(self) -> str:
-        return f"<mmharness stub {self._mm_name}>"
-
-
-def _any_class_keywords(cls: type, **keywords: Any) -> None:
-    """A stub base class takes the class keywords its real counterpart takes, and ignores them."""
 
 
 # The MM data item --------------------------------------------------------------------
@@ -153,26 +62,40 @@ class MultimodalInputFormat(enum.Enum):
     PRECOMPUTED_EMBEDDING = enum.auto()
 
 
+class ItemGap(HarnessGap, AttributeError):
+    """The engine read an item attribute the harness's item type cannot answer faithfully."""
+
+
+COMMON_FIELDS = frozenset(
+    (
+        "modality", "hash", "pad_value", "offsets", "format", "feature",
+        "precomputed_embeddings", "keep_device_embedding", "model_specific_data",
+    )
+)  # fmt: skip
+"""Fields of every 0.5 release's item; without the release's own item type these are all it has."""
+
+ALIASES = {"precomputed_embeddings": ("precomputed_features",)}
+"""Older names of a field (``precomputed_features`` until 0.4.9), kept equal to it."""
+
+
 class MultimodalDataItem:
     """What the scheduling rules read and write on one engine MM item.
 
     The fields are the engine's names (``offsets`` as a list of inclusive
     ``(start, end)`` pairs, ``precomputed_embeddings``, ``model_specific_data``),
-    so engine code runs on it unchanged. As in the engine, an unknown attribute is
-    looked up in ``model_specific_data``; anything else raises ``AttributeError``
-    naming this shim and is recorded, so a release that needs more shows up in
-    ``describe()``. The loader subclasses it per load to attach that record.
-    ``set(name, value)`` (how payload parsers fill an item) writes a field, or any
-    other name into ``model_specific_data``, as the engine's item does.
+    so engine code runs on it unchanged. The loader subclasses it per load with
+    the release's own fields (``schema``, read from its ``schedule_batch.py``),
+    each set to its declared default. As in the engine, an unknown attribute is
+    looked up in ``model_specific_data``; a name the release's item type does
+    not have raises a plain ``AttributeError`` as the engine's would, but a
+    method it has and this type does not implement, or any unknown name when
+    the release's type is not at hand, is an ``ItemGap`` (a *could not test*
+    verdict naming it). ``set(name, value)`` (how payload parsers fill an
+    item) writes a field, or any other name into ``model_specific_data``.
     """
 
     _mm_record: Record | None = None
-    FIELDS = frozenset(
-        (
-            "modality", "hash", "pad_value", "offsets", "format", "feature",
-            "precomputed_embeddings", "keep_device_embedding", "model_specific_data",
-        )
-    )  # fmt: skip
+    _mm_schema: ItemSchema | None = None
 
     def __init__(
         self,
@@ -185,15 +108,27 @@ class MultimodalDataItem:
         precomputed_embeddings: Any = None,
         model_specific_data: dict[str, Any] | None = None,
     ) -> None:
+        if self._mm_schema is not None:
+            self.__dict__.update(self._mm_schema.defaults())
         self.modality = modality
         self.hash = hash
         self.pad_value = pad_value
         self.offsets = offsets
         self.feature = feature
-        self.precomputed_embeddings = precomputed_embeddings
+        self.set_precomputed(precomputed_embeddings)
         self.model_specific_data = {} if model_specific_data is None else model_specific_data
         self.keep_device_embedding = False
-        self.format = None
+
+    def set_precomputed(self, embedding: Any) -> None:
+        """Hand the item a precomputed embedding under every name a release may read it by."""
+        self.precomputed_embeddings = embedding
+        for alias in ALIASES["precomputed_embeddings"]:
+            self.__dict__[alias] = embedding
+        self.format = None if embedding is None else MultimodalInputFormat.PRECOMPUTED_EMBEDDING
+
+    @classmethod
+    def _mm_fields(cls) -> frozenset[str]:
+        return COMMON_FIELDS if cls._mm_schema is None else frozenset(cls._mm_schema.fields)
 
     def __getattr__(self, name: str) -> Any:
         if name.startswith("__") and name.endswith("__"):
@@ -201,15 +136,20 @@ class MultimodalDataItem:
         data = self.__dict__.get("model_specific_data") or {}
         if name in data:
             return data[name]
+        schema = self._mm_schema
+        if schema is not None and name not in schema.methods:
+            raise AttributeError(f"'MultimodalDataItem' object has no attribute '{name}'")
         if self._mm_record is not None:
             self._mm_record.item_misses.add(name)
-        raise AttributeError(
-            f"'MultimodalDataItem' object has no attribute '{name}' "
-            "(mmharness shim: this release needs more of the item type)"
+        where = "its item type has it" if schema is not None else "its item type is not at hand"
+        raise ItemGap(
+            f"the engine read MultimodalDataItem.{name}, which the harness's item does not"
+            f" implement ({where})",
+            what=f"MultimodalDataItem.{name}",
         )
 
     def set(self, name: str, value: Any) -> None:
-        if name in self.FIELDS:
+        if name in self._mm_fields():
             setattr(self, name, value)
         else:
             self.model_specific_data[name] = value
@@ -237,6 +177,9 @@ class MultimodalDataItem:
     def padding_values(self) -> tuple[int | None, ...]:
         return (self.pad_value,)
 
+    def padding_sequence(self, length: int) -> list[int | None]:
+        return [self.pad_value] * length
+
     def set_pad_value(self) -> None:
         """The harness sets ``pad_value`` itself (from the case), so there is nothing to derive."""
 
@@ -250,6 +193,12 @@ class MultimodalDataItem:
     def acknowledge_deferred_cuda_ipc_feature(self, *args: Any, **kwargs: Any) -> None:
         return None
 
+    def materialize_deferred_cuda_ipc_feature(self, *args: Any, **kwargs: Any) -> None:
+        return None
+
+    def release_transport_proxies(self, *args: Any, **kwargs: Any) -> None:
+        return None
+
     def reconstruct(self, *args: Any, **kwargs: Any) -> None:
         return None
 
@@ -258,6 +207,15 @@ class MultimodalDataItem:
             f"MultimodalDataItem(modality={self.modality.name}, hash={self.hash}, "
             f"offsets={self.offsets}, precomputed={self.precomputed_embeddings is not None})"
         )
+
+
+def item_type(record: Record, schema: ItemSchema | None) -> type:
+    """The item type of one load: the shim with that load's record and release fields."""
+    return type(
+        "MultimodalDataItem",
+        (MultimodalDataItem,),
+        {"_mm_record": record, "_mm_schema": schema, "__module__": __name__},
+    )
 
 
 # Runtime context ---------------------------------------------------------------------
@@ -296,7 +254,7 @@ class RuntimeContext:
         if name in RUNTIME_DEFAULTS:
             return RUNTIME_DEFAULTS[name]
         self._record.stubbed.add(f"{self._name}().{name}")
-        return Stub(f"{self._name}().{name}")
+        return Stub(f"{self._name}().{name}", self._record)
 
 
 class ServerArgsDict(dict):
@@ -308,7 +266,7 @@ class ServerArgsDict(dict):
 
     def __missing__(self, key: str) -> Any:
         self._record.stubbed.add(f"global_server_args_dict[{key!r}]")
-        return Stub(f"global_server_args_dict[{key!r}]")
+        return Stub(f"global_server_args_dict[{key!r}]", self._record)
 
 
 # Small functions ---------------------------------------------------------------------
@@ -431,6 +389,24 @@ def _engine_logger() -> logging.Logger:
     return logger
 
 
+def _cuda_available(*args: Any, **kwargs: Any) -> bool:
+    import torch
+
+    return torch.cuda.is_available()
+
+
+def _one(*args: Any, **kwargs: Any) -> int:
+    return 1
+
+
+def sum_grid_patches(grid: Any) -> int:
+    """Patch rows of a vision grid: the sum over its ``(t, h, w)`` rows of ``t * h * w``."""
+    import torch
+
+    rows = torch.as_tensor(grid).reshape(-1, 3)
+    return int(rows.prod(dim=-1).sum())
+
+
 CONTEXT_GETTERS = (
     "get_schedule",
     "get_parallel",
@@ -449,27 +425,45 @@ _FIXED: dict[str, Any] = {
     "maybe_assert_sum": maybe_assert_sum,
     "flatten_nested_list": flatten_nested_list,
     "materialize_multimodal_features": materialize_multimodal_features,
+    "sum_grid_patches": sum_grid_patches,
     "is_hip": _false,
     "is_npu": _false,
     "is_xpu": _false,
+    "is_cuda": _cuda_available,
     "get_bool_env_var": _false,
     "print_warning_once": _nothing,
+    "configured_tp_size": _one,
+    "get_tensor_model_parallel_world_size": _one,
+    "get_attention_tp_size": _one,
     "MultiModalStaticCache": StaticCacheShim,
     "MultiModalCache": StaticCacheShim,
     "EmbeddingResult": EmbeddingResult,
 }
 
 
-def shim_for(name: str, record: Record, item_type: type) -> Any:
-    """The faithful shim serving ``name`` from a stub module, or ``None`` for a plain ``Stub``."""
-    if name in _FIXED:
-        return _FIXED[name]
-    if name == "MultimodalDataItem":
-        return item_type
-    if name in CONTEXT_GETTERS:
-        return _context_getter(name, record)
-    if name == "global_server_args_dict":
-        return ServerArgsDict(record)
-    if name == "logger":
-        return _engine_logger()
-    return None
+class SGLangShims:
+    """The shims of one load: the fixed table, that load's item type and runtime context."""
+
+    def __init__(self, record: Record, schema: ItemSchema | None) -> None:
+        self.record = record
+        self.item_type = item_type(record, schema)
+        self.modality = Modality
+        self._made: dict[str, Any] = {}
+
+    def shim_for(self, name: str) -> Any:
+        """The faithful shim serving ``name`` from a stub module, or ``None`` for a plain ``Stub``."""
+        if name in _FIXED:
+            return _FIXED[name]
+        if name == "MultimodalDataItem":
+            return self.item_type
+        if name == "logger":
+            return _engine_logger()
+        if name in CONTEXT_GETTERS or name == "global_server_args_dict":
+            if name not in self._made:
+                self._made[name] = (
+                    ServerArgsDict(self.record)
+                    if name == "global_server_args_dict"
+                    else _context_getter(name, self.record)
+                )
+            return self._made[name]
+        return None

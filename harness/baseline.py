@@ -1,0 +1,157 @@
+"""Known findings a run tolerates: each recorded by how it failed, not only that it did.
+
+A baseline entry is ``(check, device, signature)`` with the kind and the hash
+of the shrunk case for reference. A finding whose signature is in the baseline
+is tolerated; a new signature in a check that already had findings is new, and
+fails the run as any other. Entries that did not reproduce in a run where
+their check ran are *stale* (shown, never fatal): the engine may have been
+fixed. A baseline is written by ``--write-baseline``, and a ``--json`` report
+serves as one too. It matches the same target however it was spelled, as
+long as it loads the same files (a relative or an absolute path, a release or
+its unpacked directory).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+from harness.runner import Finding, Result
+
+FORMAT = "mmharness.baseline/1"
+MAX_BYTES = 16 * 1024 * 1024
+
+
+class BaselineError(ValueError):
+    """A baseline file that cannot be used; the message names the file and what is wrong."""
+
+
+@dataclass(frozen=True)
+class Entry:
+    check: str
+    device: str
+    signature: str | None
+    """``None``: any way of failing (an entry from a report of the first format)."""
+    kind: str = ""
+    case_hash: str | None = None
+
+
+def identity(target: object, spec: str) -> dict[str, str | None]:
+    """What makes two spellings of a target the same: its release, or the files it loaded."""
+    described = target.describe() if hasattr(target, "describe") else {}
+    release = described.get("release")
+    files = described.get("files") or []
+    return {
+        "spec": spec,
+        "release": None if release in (None, "unknown") else str(release),
+        "source": "|".join(sorted(str(Path(f).resolve()) for f in files)) or None,
+    }
+
+
+def same_target(recorded: dict, current: dict) -> bool:
+    if recorded.get("spec") == current.get("spec"):
+        return True
+    return bool(recorded.get("source")) and recorded.get("source") == current.get("source")
+
+
+@dataclass(frozen=True)
+class Baseline:
+    path: str
+    entries: frozenset[Entry]
+
+    def tolerates(self, result: Result, finding: Finding) -> bool:
+        return any(
+            e.check == result.check.id
+            and e.device == result.device
+            and (e.signature is None or e.signature == finding.signature)
+            for e in self.entries
+        )
+
+    def stale(self, results: Iterable[Result]) -> list[Entry]:
+        """Entries of checks that ran whose way of failing did not show up."""
+        seen = {(r.check.id, r.device, f.signature) for r in results for f in r.findings}
+        ran = {(r.check.id, r.device) for r in results}
+        return sorted(
+            (
+                e
+                for e in self.entries
+                if (e.check, e.device) in ran
+                and (e.check, e.device, e.signature) not in seen
+                and not (e.signature is None and any((e.check, e.device) == s[:2] for s in seen))
+            ),
+            key=lambda e: (e.check, e.device, e.signature or ""),
+        )
+
+
+def load(path: str, current: dict) -> Baseline:
+    """Read a baseline (or a ``--json`` report) recorded for the same target as ``current``."""
+    data = read_json(path, "a baseline")
+    if not isinstance(data, dict):
+        raise BaselineError(f"{path}: not a baseline or a --json report (not a JSON object)")
+    try:
+        if data.get("format") == FORMAT:
+            recorded = data["target"]
+            entries = [
+                Entry(e["check"], e["device"], e["signature"], e.get("kind", ""), e.get("case_hash"))
+                for e in data["entries"]
+            ]
+        elif str(data.get("format", "")).startswith("mmharness.report/"):
+            recorded = {"spec": data["target"], **data.get("identity", {})}
+            entries = list(_from_report(data["results"]))
+        else:
+            raise BaselineError(f"{path}: not a baseline or a --json report (format {data.get('format')!r})")
+    except (KeyError, TypeError, AttributeError) as error:
+        raise BaselineError(f"{path}: not a baseline or a --json report (missing or bad {error})") from None
+    if not isinstance(recorded, dict) or not same_target(recorded, current):
+        shown = recorded.get("spec") if isinstance(recorded, dict) else recorded
+        raise BaselineError(f"{path}: recorded for target {shown!r}, not {current['spec']!r}")
+    return Baseline(path, frozenset(entries))
+
+
+def _from_report(results: list[dict]) -> Iterable[Entry]:
+    for r in results:
+        findings = r.get("findings")
+        if findings is None and r["status"] in ("failed", "hazard"):
+            yield Entry(r["check"], r["device"], None, r["status"])
+        for f in findings or ():
+            yield Entry(r["check"], r["device"], f["signature"], f["kind"], f.get("case_hash"))
+
+
+def dump(results: list[Result], current: dict) -> dict:
+    """A baseline of every finding of a run."""
+    from harness.report import case_hash
+
+    return {
+        "format": FORMAT,
+        "target": current,
+        "entries": [
+            {
+                "check": r.check.id,
+                "device": r.device,
+                "signature": f.signature,
+                "kind": f.kind,
+                "case_hash": case_hash(f),
+            }
+            for r in results
+            for f in r.findings
+        ],
+    }
+
+
+def read_json(path: str, what: str, *, max_bytes: int = MAX_BYTES) -> object:
+    """A JSON file read with a size and nesting limit; ``BaselineError`` naming the file otherwise."""
+    try:
+        with open(path, "rb") as stream:
+            raw = stream.read(max_bytes + 1)
+    except OSError as error:
+        raise BaselineError(f"{path}: cannot read {what} ({error.strerror or error})") from None
+    if len(raw) > max_bytes:
+        raise BaselineError(f"{path}: {what} larger than {max_bytes // (1024 * 1024)} MiB")
+    try:
+        return json.loads(raw)
+    except RecursionError:
+        raise BaselineError(f"{path}: {what} nested too deeply") from None
+    except (ValueError, UnicodeDecodeError) as error:
+        raise BaselineError(f"{path}: {what} is not JSON ({error})") from None

@@ -1,0 +1,83 @@
+"""The fields of a release's ``MultimodalDataItem``, read from its own ``schedule_batch.py``.
+
+The item type changed over releases (``precomputed_features`` until 0.4.9,
+``precomputed_embeddings`` after; ``feature`` replaced per-modality tensors in
+0.5; 0.5.23 added ``identity`` and ``pad_values``). ``schedule_batch.py``
+imports half the engine, so it is never executed: its class body is parsed
+and each annotated field with its default (a literal, ``None``, or
+``field(default_factory=dict|list)``) becomes a field of the harness's item
+type for that load. Where the file is not at hand (a lone rules file), the
+item type answers only the fields every release shares, and any other
+attribute the engine reads becomes a *could not test* verdict naming it.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+ITEM_CLASS = "MultimodalDataItem"
+_FACTORIES: dict[str, Callable[[], Any]] = {"dict": dict, "list": list, "set": set, "tuple": tuple}
+
+
+@dataclass(frozen=True)
+class ItemSchema:
+    """A release's item fields (name -> default factory) and method names, and where they were read."""
+
+    fields: dict[str, Callable[[], Any]]
+    methods: frozenset[str]
+    origin: str
+
+    def defaults(self) -> dict[str, Any]:
+        return {name: make() for name, make in self.fields.items()}
+
+
+def read_schema(path: Path) -> ItemSchema | None:
+    """The schema of the ``MultimodalDataItem`` class in ``path``; ``None`` if there is none."""
+    try:
+        tree = ast.parse(path.read_bytes(), filename=str(path))
+    except (OSError, SyntaxError, ValueError):
+        return None
+    for node in tree.body:
+        if isinstance(node, ast.ClassDef) and node.name == ITEM_CLASS:
+            return _schema(node, str(path))
+    return None
+
+
+def _schema(node: ast.ClassDef, origin: str) -> ItemSchema:
+    fields: dict[str, Callable[[], Any]] = {}
+    methods = set()
+    for statement in node.body:
+        if isinstance(statement, ast.AnnAssign) and isinstance(statement.target, ast.Name):
+            name = statement.target.id
+            if not name.startswith("_"):
+                fields[name] = _default(statement.value)
+        elif isinstance(statement, ast.FunctionDef):
+            methods.add(statement.name)
+    return ItemSchema(fields, frozenset(methods), origin)
+
+
+def _default(value: ast.expr | None) -> Callable[[], Any]:
+    """A factory for a field's default: literals as written, ``field(default_factory=X)``, else None."""
+    if value is None:
+        return _none
+    try:
+        ast.literal_eval(value)
+    except ValueError:
+        pass
+    else:
+        return lambda: ast.literal_eval(value)  # a fresh object each time, as a default must be
+    if isinstance(value, ast.Call):
+        for keyword in value.keywords:
+            if keyword.arg == "default_factory" and isinstance(keyword.value, ast.Name):
+                return _FACTORIES.get(keyword.value.id, _none)
+            if keyword.arg == "default":
+                return _default(keyword.value)
+    return _none
+
+
+def _none() -> None:
+    return None

@@ -1,0 +1,56 @@
+"""Where SGLang keeps what the harness loads, by release.
+
+The rules moved once: 0.4.6 to 0.5.17 keep them in ``srt/managers/mm_utils.py``;
+0.5.18 on in ``srt/managers/mm_schedule.py`` (``mm_utils.py`` keeps the per-image
+splitter). The embedding cache is ``srt/mem_cache/multimodal_cache.py``, the
+one-grid model is ``srt/models/kimi_k3.py`` (0.5.17 on). ``schedule_batch.py``
+is never executed, only read: the fields of its ``MultimodalDataItem``
+(``harness.engines.sglang.items``).
+"""
+
+from __future__ import annotations
+
+from harness.targets.loader import Layout
+
+PACKAGE = "sglang"
+RULES_MODULES = ("sglang.srt.managers.mm_schedule", "sglang.srt.managers.mm_utils")
+"""Where the rules live, newest layout first."""
+SPLITTER_MODULE = "sglang.srt.managers.mm_utils"
+CACHE_MODULE = "sglang.srt.mem_cache.multimodal_cache"
+KIMI_MODULE = "sglang.srt.models.kimi_k3"
+REQUEST_MODULE = "sglang.srt.managers.io_struct"
+PROCESSOR_MODULE = "sglang.srt.multimodal.processors.base_processor"
+
+ITEM_FILE = "srt/managers/schedule_batch.py"
+"""Read (never run) for the fields of the release's ``MultimodalDataItem``."""
+
+RULES = Layout(
+    package=PACKAGE,
+    marker="srt",
+    files={
+        CACHE_MODULE: "srt/mem_cache/multimodal_cache.py",
+        "sglang.srt.managers.mm_schedule": "srt/managers/mm_schedule.py",
+        SPLITTER_MODULE: "srt/managers/mm_utils.py",
+        KIMI_MODULE: "srt/models/kimi_k3.py",
+    },
+    kind="multimodal scheduling rules",
+)
+"""The scheduling targets: the cache first, so the rules find it loaded."""
+
+PARSERS = Layout(
+    package=PACKAGE,
+    marker="srt",
+    files={
+        REQUEST_MODULE: "srt/managers/io_struct.py",
+        PROCESSOR_MODULE: "srt/multimodal/processors/base_processor.py",
+    },
+    kind="payload parsers",
+)
+"""The payload parsers the fuzzers load."""
+
+RELEASE_MEMBERS = (
+    *(f"{PACKAGE}/{rel}" for rel in (*RULES.files.values(), *PARSERS.files.values(), ITEM_FILE)),
+    f"{PACKAGE}/_version.py",
+    f"{PACKAGE}/version.py",
+)
+"""What is kept of a release's wheel: the files the loader runs or reads, and the version."""
