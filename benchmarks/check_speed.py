@@ -1,6 +1,6 @@
-"""Examples per second of a check, and its overhead over a bare Hypothesis loop (DESIGN §8).
+"""Examples per second of a check, and its overhead over a bare Hypothesis loop.
 
-DESIGN's budget: chunk checks >= 1,000 examples/s on one core against a loaded
+The budget: chunk checks >= 1,000 examples/s on one core against a loaded
 SGLang target, and at most 1.3x the time of a bare ``@given`` loop that draws
 the same cases and calls the same target function.
 

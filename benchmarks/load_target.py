@@ -1,4 +1,4 @@
-"""Budget (DESIGN §8): loading an SGLang target by path takes <= 50 ms once cached.
+"""Budget: loading an SGLang target by path takes <= 50 ms once cached.
 
 Usage: ``python benchmarks/load_target.py [SPEC ...]`` (default ``sglang==0.5.23``;
 a ``sglang==X`` spec downloads once). Prints the first load (compiling into the
@@ -18,28 +18,27 @@ REPEATS = 20
 
 
 def _source(spec: str):
-    from harness.targets import loader, releases
+    from harness.engines.sglang import adapter, layout
+    from harness.targets import loader
 
     if spec.startswith("sglang=="):
         version = spec.removeprefix("sglang==")
-        return loader.locate(releases.fetch(version), release=version)
-    return loader.locate(spec)
+        return loader.locate(adapter.fetch(version), layout.RULES, release=version)
+    return loader.locate(spec, layout.RULES)
 
 
 def measure(spec: str) -> tuple[float, float]:
     """(first load, median warm load) in milliseconds, each building a full SGLangTarget."""
-    from harness.targets.sglang import SGLangTarget
-
-    from harness.targets import loader
+    from harness.engines.sglang.adapter import SGLangTarget, load
 
     source = _source(spec)
     started = time.perf_counter()
-    SGLangTarget(loader.load(source), spec)
+    SGLangTarget(load(source), spec)
     first = (time.perf_counter() - started) * 1000
     warm = []
     for _ in range(REPEATS):
         started = time.perf_counter()
-        SGLangTarget(loader.load(source), spec)
+        SGLangTarget(load(source), spec)
         warm.append((time.perf_counter() - started) * 1000)
     return first, statistics.median(warm)
 

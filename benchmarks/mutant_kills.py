@@ -1,4 +1,4 @@
-"""Examples-to-kill for every seeded mutant under the CI profile (DESIGN §8: median <= 20).
+"""Examples-to-kill for every seeded mutant under the CI profile (budget: median <= 20).
 
 Run: python benchmarks/mutant_kills.py [--profile ci]
 """

@@ -106,7 +106,7 @@ def _parser() -> argparse.ArgumentParser:
     fuzz.add_argument(
         "--target",
         metavar="SPEC",
-        help="engine parsers: sglang==X or a path to a release (default: sglang==0.5.23);"
+        help="engine parsers: a release (ENGINE==X) or a path to one (default: the engine's newest tested);"
         " case-parser ignores it",
     )
     fuzz.add_argument(

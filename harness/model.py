@@ -118,7 +118,7 @@ def item_path(r: int, i: int) -> str:
 
 
 def validate(case: Case) -> None:
-    """Raise ``CaseError`` naming the first field that breaks DESIGN §2's rules."""
+    """Raise ``CaseError`` naming the first field that breaks a rule of docs/rules.md (Terms)."""
     for problem in problems(case):
         raise problem
 

@@ -9,7 +9,7 @@ checked against a limit before anything is iterated or allocated at scale, so a
 document that merely *claims* a huge tensor is refused at once.
 
 Structure (types, keys, enums, limits) is always enforced. The rules of
-DESIGN §2 (disjoint, increasing, in-range spans; windows inside ``seq_len``;
+docs/rules.md (disjoint, increasing, in-range spans; windows inside ``seq_len``;
 rows matching tokens) are enforced unless the document says
 ``"malformed": true``: robustness findings break them on purpose and must
 still round-trip. Importing this module never imports torch.

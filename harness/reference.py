@@ -1,4 +1,4 @@
-"""The oracle: one small function per rule of DESIGN §3, answering in symbolic ``Row``s.
+"""The oracle: one small function per rule of docs/rules.md, answering in symbolic ``Row``s.
 
 Every rule is written the slow, obvious way: materialise each request's
 placeholder positions, then walk them. Nothing here mirrors an engine's index

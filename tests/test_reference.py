@@ -1,4 +1,4 @@
-"""Hand-worked examples for every rule of the reference model (DESIGN §3)."""
+"""Hand-worked examples for every rule of the reference model (docs/rules.md)."""
 
 from __future__ import annotations
 

@@ -31,7 +31,7 @@ def _cases(device: str):
 
 ROW_MISMATCH = "row_mismatch"
 SPAN_AND_WINDOW_KINDS = tuple(kind for kind in MALFORMED_KINDS if kind != ROW_MISMATCH)
-"""The malformed kinds an engine must refuse; a row mismatch is only a hazard (DESIGN §3)."""
+"""The malformed kinds an engine must refuse; a row mismatch is its own hazard (docs/rules.md)."""
 
 
 def _malformed(kinds: tuple[str, ...]):

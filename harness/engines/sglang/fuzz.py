@@ -19,7 +19,7 @@ lookup raises ``ValueError``). ``NotImplementedError`` and ``RuntimeError`` are
 raised on purpose elsewhere in these files but never by these functions, so here
 they are findings. ``--strict`` also makes a documented class a finding when
 Python or a library raised it from inside the parser (``len(5)``'s
-``TypeError``) rather than a ``raise`` of the parser, as DESIGN R7 reads.
+``TypeError``) rather than a ``raise`` of the parser, as rule R7 (docs/rules.md) reads.
 
 Silent acceptances, found by inspecting the payload once the parser returned:
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 import ast
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -37,6 +38,16 @@ class ItemSchema:
 
 def read_schema(path: Path) -> ItemSchema | None:
     """The schema of the ``MultimodalDataItem`` class in ``path``; ``None`` if there is none."""
+    try:
+        stat = path.stat()
+    except OSError:
+        return None
+    return _read_schema(path, stat.st_mtime_ns, stat.st_size)
+
+
+@lru_cache(maxsize=64)
+def _read_schema(path: Path, mtime_ns: int, size: int) -> ItemSchema | None:
+    """Parsing the file is most of a warm load's time: once per file version and process."""
     try:
         tree = ast.parse(path.read_bytes(), filename=str(path))
     except (OSError, SyntaxError, ValueError):

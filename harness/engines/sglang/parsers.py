@@ -1,4 +1,4 @@
-"""SGLang's request payload parsers, loaded by path for the fuzzers (DESIGN §5, §6; rule R7).
+"""SGLang's request payload parsers, loaded by path for the fuzzers (rule R7 of docs/rules.md).
 
 Two engine files hold what turns a user's request into multimodal items:
 ``managers/io_struct.py`` (``GenerateReqInput.normalize_batch_and_arguments``,
