@@ -89,6 +89,11 @@ def _parser() -> argparse.ArgumentParser:
     )
     matrix.add_argument("--seed", type=int, metavar="N")
 
+    atlas = sub.add_parser("atlas", help="a matrix's --json as a release atlas (Markdown), with notes")
+    atlas.add_argument("matrix", metavar="MATRIX.json", help="written by `mmharness matrix --json`")
+    atlas.add_argument("--notes", metavar="FILE", help="what each class of finding means (JSON)")
+    atlas.add_argument("-o", "--output", metavar="FILE", help="write here instead of standard output")
+
     targets = sub.add_parser("targets", help="list targets, or describe one")
     targets.add_argument("spec", nargs="?")
 
@@ -163,6 +168,7 @@ def main(argv: list[str] | None = None) -> int:
         argv, passthrough = argv[:cut], argv[cut + 1 :]
     args = _parser().parse_args(argv)
     args.passthrough = passthrough
+    args.argv = argv
     command = {
         "check": _check,
         "replay": _replay,
@@ -170,6 +176,7 @@ def main(argv: list[str] | None = None) -> int:
         "checks": _checks,
         "fuzz": _fuzz,
         "matrix": _matrix,
+        "atlas": _atlas,
     }
     try:
         return command[args.command](args)
@@ -284,6 +291,44 @@ def _check(args: argparse.Namespace) -> int:
     return _exit_code(new, strict=args.strict)
 
 
+def _atlas(args: argparse.Namespace) -> int:
+    from harness import atlas, report
+    from harness.baseline import BaselineError, read_json
+    from harness.matrix import Matrix
+
+    _writable("--output", args.output)
+    try:
+        matrix = Matrix.from_json(read_json(args.matrix, "a matrix report"))
+        notes = atlas.load_notes(args.notes) if args.notes else []
+    except BaselineError as error:
+        raise UsageError(str(error)) from None
+    except (KeyError, TypeError, AttributeError) as error:
+        raise UsageError(f"{args.matrix}: not written by `mmharness matrix --json` ({error})") from None
+    except atlas.NotesError as error:
+        raise UsageError(f"--notes {error}") from None
+    text = atlas.render(matrix, notes, command=_command_line(args.argv))
+    if args.output:
+        report.write(args.output, text)
+    else:
+        print(text, end="")
+    return 0
+
+
+def _command_line(argv: list[str]) -> str:
+    """The command as run, one ``--target`` per line when there are many."""
+    import shlex
+
+    words = ["mmharness", *argv]
+    lines, line = [], []
+    for word in words:
+        if word == "--target" and line and len(words) > 12:
+            lines.append(shlex.join(line))
+            line = []
+        line.append(word)
+    lines.append(shlex.join(line))
+    return " \\\n    ".join(lines)
+
+
 def _exit_code(kinds: list[str], *, strict: bool) -> int:
     """From the kinds of the findings (or the statuses of the results) that count against a run."""
     from harness.checks.outcome import COULD_NOT_TEST
@@ -368,6 +413,7 @@ def _matrix(args: argparse.Namespace) -> int:
         seed=args.seed,
         workers=args.workers,
         progress=progress,
+        command=_command_line(args.argv),
     )
     print(render(matrix, color=report.use_color(sys.stdout), strict=args.strict))
     if args.json:

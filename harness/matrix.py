@@ -20,6 +20,7 @@ from harness.checks.outcome import COULD_NOT_TEST, DIVERGENCE, HAZARD
 from harness.checks.registry import Check
 from harness.runner import PASSED, SKIPPED, fails_run, run_check
 
+FORMAT = "mmharness.matrix/2"
 ERROR = "error"
 SYMBOLS = {
     PASSED: "pass",
@@ -33,23 +34,35 @@ _COLORS = {PASSED: "32", DIVERGENCE: "31", HAZARD: "33", COULD_NOT_TEST: "35", S
 
 
 @dataclass(frozen=True)
+class Seen:
+    """One finding in one cell: its kind, signature, message and the example that first showed it."""
+
+    kind: str
+    signature: str
+    message: str
+    first_failure_at: int | None
+
+
+@dataclass(frozen=True)
 class Cell:
-    """One check on one target: status, why, examples run, each finding's (kind, signature, message)."""
+    """One check on one target: status, why, examples run, and its findings."""
 
     status: str
     reason: str = ""
     examples_run: int = 0
-    findings: tuple[tuple[str, str, str], ...] = ()
+    findings: tuple[Seen, ...] = ()
 
 
 @dataclass(frozen=True)
 class Span:
-    """One way a check fails, across the targets: its kind and the first and last target showing it."""
+    """One way a check fails, across the targets: its kind, the targets showing it, and how soon."""
 
     kind: str
     signature: str
     message: str
     targets: tuple[str, ...]
+    found_at: tuple[int | None, ...]
+    """Examples to the first failure of this kind, per target in ``targets``."""
 
     @property
     def first(self) -> str:
@@ -69,6 +82,8 @@ class Matrix:
     cells: dict[tuple[str, str], Cell] = field(default_factory=dict)
     target_errors: dict[str, str] = field(default_factory=dict)
     releases: dict[str, str] = field(default_factory=dict)
+    command: str = ""
+    """The command line that made it, kept in the JSON for the atlas."""
 
     def cell(self, check_id: str, target: str) -> Cell:
         return self.cells[(check_id, target)]
@@ -80,17 +95,20 @@ class Matrix:
 
     def spans(self, check_id: str) -> list[Span]:
         """Each distinct way the check fails, with the targets that show it, in target order."""
-        seen: dict[str, tuple[str, str, list[str]]] = {}
+        seen: dict[str, tuple[str, str, list[str], list[int | None]]] = {}
         for target in self.targets:
-            for kind, signature, message in self.cell(check_id, target).findings:
-                seen.setdefault(signature, (kind, message, []))[2].append(target)
+            for one in self.cell(check_id, target).findings:
+                entry = seen.setdefault(one.signature, (one.kind, one.message, [], []))
+                entry[2].append(target)
+                entry[3].append(one.first_failure_at)
         order = (DIVERGENCE, COULD_NOT_TEST, HAZARD)
-        spans = [Span(kind, sig, message, tuple(ts)) for sig, (kind, message, ts) in seen.items()]
+        spans = [Span(k, sig, m, tuple(ts), tuple(at)) for sig, (k, m, ts, at) in seen.items()]
         return sorted(spans, key=lambda s: (order.index(s.kind), self.targets.index(s.first), s.signature))
 
     def as_json(self, *, strict: bool = False) -> dict[str, Any]:
         return {
-            "format": "mmharness.matrix/2",
+            "format": FORMAT,
+            "command": self.command,
             "targets": [
                 {"spec": t, "release": self.releases.get(t), "error": self.target_errors.get(t)}
                 for t in self.targets
@@ -107,6 +125,7 @@ class Matrix:
                             "first": s.first,
                             "last": s.last,
                             "targets": list(s.targets),
+                            "first_failure_at": list(s.found_at),
                         }
                         for s in self.spans(c)
                     ],
@@ -115,7 +134,15 @@ class Matrix:
                             "status": self.cell(c, t).status,
                             "reason": self.cell(c, t).reason,
                             "examples": self.cell(c, t).examples_run,
-                            "signatures": [sig for _, sig, _ in self.cell(c, t).findings],
+                            "findings": [
+                                {
+                                    "kind": one.kind,
+                                    "signature": one.signature,
+                                    "message": one.message,
+                                    "first_failure_at": one.first_failure_at,
+                                }
+                                for one in self.cell(c, t).findings
+                            ],
                         }
                         for t in self.targets
                     },
@@ -123,6 +150,26 @@ class Matrix:
                 for c in self.checks
             ],
         }
+
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Matrix:
+        """A matrix back from its ``as_json`` form (``KeyError``/``TypeError`` if it is not one)."""
+        if data.get("format") != FORMAT:
+            raise TypeError(f"format {data.get('format')!r}, not {FORMAT}")
+        targets = [t["spec"] for t in data["targets"]]
+        matrix = cls(targets, [c["id"] for c in data["checks"]], command=data.get("command", ""))
+        for t in data["targets"]:
+            if t.get("error"):
+                matrix.target_errors[t["spec"]] = t["error"]
+            if t.get("release"):
+                matrix.releases[t["spec"]] = t["release"]
+        for c in data["checks"]:
+            for spec, cell in c["results"].items():
+                findings = tuple(Seen(**one) for one in cell["findings"])
+                cell_of = Cell(cell["status"], cell["reason"], cell["examples"], findings)
+                matrix.cells[(c["id"], spec)] = cell_of
+        return matrix
 
 
 def _column(
@@ -142,7 +189,9 @@ def _column(
     cells = {}
     for check_id in check_ids:
         result = run_check(checks[check_id], target, profile=profile, max_examples=max_examples, seed=seed)
-        findings = tuple((f.kind, f.signature, f.failure.message) for f in result.findings)
+        findings = tuple(
+            Seen(f.kind, f.signature, f.failure.message, f.first_failure_at) for f in result.findings
+        )
         cells[check_id] = Cell(result.status, result.reason, result.examples_run, findings)
     return (str(release) if release else None), None, cells
 
@@ -156,9 +205,10 @@ def run_matrix(
     seed: int | None = None,
     workers: int = 1,
     progress: Callable[[str, int | None], None] | None = None,
+    command: str = "",
 ) -> Matrix:
     """Run each check on each target; a target that does not load gets errors in its column."""
-    matrix = Matrix(targets=list(specs), checks=[c.id for c in checks])
+    matrix = Matrix(targets=list(specs), checks=[c.id for c in checks], command=command)
     args = [(spec, matrix.checks, profile, max_examples, seed) for spec in specs]
     if workers > 1 and len(specs) > 1:
         with ProcessPoolExecutor(max_workers=min(workers, len(specs))) as pool:

@@ -29,7 +29,7 @@ from harness.checks.outcome import (
     CouldNotTest,
     Failure,
     could_not_test,
-    place,
+    raised,
     template,
 )
 from harness.checks.registry import Check, Example
@@ -111,7 +111,7 @@ def run_example(check: Check, target: Target, example: Example) -> None:
             f"the check itself raised {type(error).__name__}: {error}",
             expected="a comparable outcome",
             actual=f"{type(error).__name__}: {error}",
-            signature=f"check raised {type(error).__name__} at {place(error)}",
+            signature=f"the check {raised(error)}",
         ) from error
 
 
@@ -243,10 +243,13 @@ class _Search:
         return True
 
     def _keep(self, found: list[_Found], first_seen: dict[str, int]) -> None:
+        """Record the round's findings; a signature first met while shrinking another counts as late
+        in the round as its budget allows (calls made while shrinking are not generated examples)."""
         spent_before = self.spent
+        round_budget = self.budget - spent_before
         for one in found:
             signature = one.failure.signature
-            at = spent_before + first_seen.get(signature, 1)
+            at = spent_before + min(first_seen.get(signature, 1), round_budget)
             self.findings.setdefault(
                 signature, Finding(one.failure.kind, signature, one.failure, one.example, at)
             )

@@ -184,3 +184,17 @@ def test_baseline_of_another_target_is_refused(capsys, tmp_path):
     assert run(capsys, *args, "--target", "mutant:count_inclusive_end", "--json", str(report))[0] == 1
     code, _, err = run(capsys, *args, "--target", "mutant:chunk_end_inclusive", "--baseline", str(report))
     assert code == 2 and "recorded for target 'mutant:count_inclusive_end'" in err
+
+
+def test_matrix_json_becomes_an_atlas(capsys, tmp_path):
+    matrix_json, atlas_md = tmp_path / "matrix.json", tmp_path / "atlas.md"
+    args = ["matrix", "--target", "reference", "--target", "mutant:count_inclusive_end", "--checks", "count"]
+    code, out, _ = run(capsys, *args, "--json", str(matrix_json))
+    assert code == 1 and "count.matches_reference [divergence] mutant:count_inclusive_end (1)" in out
+    assert run(capsys, "atlas", str(matrix_json), "-o", str(atlas_md))[0] == 0
+    text = atlas_md.read_text()
+    assert text.startswith("# Release atlas") and "mmharness matrix --target reference" in text
+    assert "### Not yet explained: MM tokens in extend" in text
+    (tmp_path / "not-a-matrix.json").write_text("[1, 2]")
+    code, _, err = run(capsys, "atlas", str(tmp_path / "not-a-matrix.json"))
+    assert code == 2 and "not written by `mmharness matrix --json`" in err

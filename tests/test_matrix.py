@@ -4,13 +4,17 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
+from harness import atlas
 from harness.checks import select
 from harness.checks.outcome import DIVERGENCE
-from harness.matrix import ERROR, render, run_matrix
+from harness.matrix import ERROR, Matrix, render, run_matrix
 from harness.runner import PASSED
 
 CHECKS = select(["chunk.matches_reference", "count.matches_reference"])
 TARGETS = ["reference", "mutant:chunk_start_off_by_one", "/nonexistent/sglang-fork"]
+THREE = ["reference", "mutant:chunk_start_off_by_one", "mutant:chunk_end_inclusive"]
 
 
 def _matrix():
@@ -44,3 +48,56 @@ def test_text_and_json_forms():
     chunk = data["checks"][0]
     assert chunk["first_failing"] == TARGETS[1]
     assert chunk["results"]["reference"]["status"] == PASSED
+
+
+def test_each_way_of_failing_has_its_span():
+    matrix = run_matrix(THREE, CHECKS, "ci")
+    spans = matrix.spans("chunk.matches_reference")
+    assert spans and {s.kind for s in spans} == {DIVERGENCE}
+    for span in spans:
+        assert "reference" not in span.targets
+        assert len(span.found_at) == len(span.targets) and all(n >= 1 for n in span.found_at)
+    assert "chunk.matches_reference [divergence]" in render(matrix)
+
+
+def test_json_round_trips_and_workers_give_the_same_cells():
+    serial = _matrix()
+    again = Matrix.from_json(json.loads(json.dumps(serial.as_json())))
+    assert again.cells == serial.cells and again.releases == serial.releases
+    assert again.target_errors == serial.target_errors
+    parallel = run_matrix(TARGETS, CHECKS, "ci", max_examples=30, workers=2)
+    assert parallel.cells == serial.cells
+
+
+NOTES = {
+    "classes": [
+        {
+            "name": "The start is one too late",
+            "function": "get_embedding_chunk",
+            "what": "counts the placeholder at the window's first position as prefilled.",
+            "why": "every chunk loses its first row.",
+            "match": [["chunk.*", "chunk"]],
+            "releases": ["mutant:chunk_start_off_by_one", "mutant:chunk_start_off_by_one"],
+        }
+    ]
+}
+
+
+def test_the_atlas_explains_what_its_notes_cover_and_lists_the_rest(tmp_path):
+    matrix = run_matrix(THREE, CHECKS, "ci")
+    notes_file = tmp_path / "notes.json"
+    notes_file.write_text(json.dumps(NOTES))
+    text = atlas.render(matrix, atlas.load_notes(str(notes_file)))
+    assert "### The start is one too late" in text
+    assert "**Function**: `get_embedding_chunk`." in text
+    assert "**Releases**: mutant:chunk_start_off_by_one (1 of 3)." in text
+    _, _, rest = text.partition("### Not yet explained")
+    assert rest and "mutant:chunk_end_inclusive" in rest, "outside its release range a note explains nothing"
+    assert "| reference | 0 | 2 | 0 | 0 | 0 | 0 |" in text
+
+
+def test_bad_notes_are_one_line_errors(tmp_path):
+    bad = tmp_path / "notes.json"
+    bad.write_text(json.dumps({"classes": [{"name": "x"}]}))
+    with pytest.raises(atlas.NotesError, match=r"classes\[0\]: missing or malformed 'match'"):
+        atlas.load_notes(str(bad))

@@ -19,7 +19,8 @@ from hypothesis import strategies as st
 from hypothesis.errors import InvalidArgument
 
 import strategies
-from harness.model import GRID_KEYS, Case, Request, Span, problems, validate
+from harness import boundaries as boundary_classes
+from harness.model import GRID_KEYS, Case, Item, Request, Span, problems, validate
 from strategies import (
     COVERAGES,
     MALFORMED_KINDS,
@@ -492,3 +493,31 @@ def test_facade_exports_exactly_all():
 def test_importing_strategies_does_not_import_torch():
     code = "import strategies, sys; assert 'torch' not in sys.modules"
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+# Boundary classes -------------------------------------------------------------------------
+
+REACHES = {
+    "chunk.matches_reference": set(boundary_classes.CLASSES) - {"same hash, different token counts"},
+    "embed_mask.matches_reference": set(boundary_classes.CLASSES) - {"same hash, different token counts"},
+    "precomputed.matches_reference": set(boundary_classes.CLASSES) - {"same hash, different token counts"},
+    "prefill.matches_reference": set(boundary_classes.CLASSES),
+    "prefill.cache_independent": set(boundary_classes.CLASSES),
+}
+
+
+@pytest.mark.parametrize("check_id", sorted(REACHES))
+def test_the_ci_profile_reaches_every_boundary_class(check_id):
+    """Window edges on item edges, empty windows, 3-D embeddings...: each within the CI budget."""
+    from harness.checks import all_checks
+    from harness.targets.reference import ReferenceTarget
+
+    first = boundary_classes.first_seen(all_checks()[check_id], ReferenceTarget())
+    assert REACHES[check_id] <= set(first), REACHES[check_id] - set(first)
+    assert max(first[c] for c in REACHES[check_id]) <= 50
+
+
+def test_boundary_classes_of_a_hand_made_case():
+    items = (Item(((0, 0),), hash=1), Item(((2, 3), (5, 5)), hash=1))
+    case = Case((Request(2, 0, 0), Request(7, 3, 2, items)), ndim=3)
+    assert boundary_classes.classes(case) == set(boundary_classes.CLASSES) - {"window starts on an item edge"}

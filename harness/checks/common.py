@@ -7,7 +7,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from harness import reference
-from harness.checks.outcome import DIVERGENCE, Failure, Hazard, Outcome, value_of
+from harness.checks.outcome import DIVERGENCE, Failure, Hazard, Outcome, same_error, value_of
 from harness.model import Case
 from harness.targets.reference import ReferenceTarget
 
@@ -144,3 +144,9 @@ def collisions_are_hazards(prop: Property) -> Property:
 
     guarded.__doc__ = prop.__doc__
     return guarded
+
+
+def refused_partial(case: Case, actual: Outcome) -> bool:
+    """Partial coverage refused with R2's documented error: always allowed (docs/rules.md, R2)."""
+    refusal = NotImplementedError(reference.PARTIAL_PRECOMPUTED_MESSAGE)
+    return reference.is_partially_precomputed(case) and actual.raised and same_error(refusal, actual.error)

@@ -62,15 +62,19 @@ def template(text: str) -> str:
     return _NUMBER.sub("N", _NUMBER_LIST.sub("[...]", text))[:200]
 
 
-def place(error: BaseException) -> str:
-    """Where an error was raised: ``file.py:function`` of the innermost frame outside torch."""
+def raised(error: BaseException) -> str:
+    """How a raise reads in a signature: the class and the function (files move between releases)."""
+    frame = _innermost(error)
+    return f"raised {type(error).__name__}" + ("" if frame is None else f" in {frame.name}")
+
+
+def _innermost(error: BaseException) -> traceback.FrameSummary | None:
     frames = traceback.extract_tb(error.__traceback__)
     if not frames:
-        return "?"
+        return None
     torch_dir = _torch_dir()
     inside = [f for f in frames if torch_dir is None or not f.filename.startswith(torch_dir)]
-    frame = (inside or frames)[-1]
-    return f"{os.path.basename(frame.filename)}:{frame.name}"
+    return (inside or frames)[-1]
 
 
 def _torch_dir() -> str | None:
@@ -116,7 +120,7 @@ def value_of(outcome: Outcome, what: str, expected: str) -> Any:
             f"{what} raised",
             expected=expected,
             actual=show_error(outcome.error),
-            signature=f"{template(what)}: raised {type(outcome.error).__name__} at {place(outcome.error)}",
+            signature=f"{template(what)}: {raised(outcome.error)}",
         )
     return outcome.value
 
@@ -179,9 +183,9 @@ def _none_if_empty(value: Any) -> Any:
 
 
 def _error_difference(expected: Outcome, actual: Outcome) -> str:
+    """The way two outcomes differ when one raised: what the target raised and where, or what it returned."""
     if actual.raised:
-        raised = f"raised {type(actual.error).__name__} at {place(actual.error)}"
-        return f"{raised} instead of {type(expected.error).__name__}" if expected.raised else raised
+        return raised(actual.error)
     return f"returned {_kind_of(actual.value)} instead of raising {type(expected.error).__name__}"
 
 

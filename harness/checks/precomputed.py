@@ -4,9 +4,8 @@ from __future__ import annotations
 
 from functools import partial
 
-from harness import reference
-from harness.checks.common import REFERENCE, blocks_in_order, permute, permuted, plain
-from harness.checks.outcome import Hazard, Outcome, expect_same, observe, same_error
+from harness.checks.common import REFERENCE, blocks_in_order, permute, permuted, plain, refused_partial
+from harness.checks.outcome import Hazard, Outcome, expect_same, observe
 from harness.checks.registry import DIFFERENTIAL, HAZARD, METAMORPHIC, check
 from harness.model import Case
 from harness.targets.base import PRECOMPUTED, Target
@@ -44,8 +43,7 @@ def matches_reference(target: Target, case: Case, params: dict) -> None:
     precomputed or all raw), and safer (``precomputed.partial_fallback``).
     """
     actual = _precomputed(target, case)
-    refusal = NotImplementedError(reference.PARTIAL_PRECOMPUTED_MESSAGE)
-    if reference.is_partially_precomputed(case) and actual.raised and same_error(refusal, actual.error):
+    if refused_partial(case, actual):
         return
     expect_same(case, "precomputed embedding", _precomputed(REFERENCE, case), actual)
 

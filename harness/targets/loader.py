@@ -29,9 +29,11 @@ keyed by the file's path and bytes) under the harness cache directory.
 from __future__ import annotations
 
 import builtins
+import functools
 import hashlib
 import importlib.util
 import itertools
+import logging
 import marshal
 import os
 import re
@@ -226,6 +228,8 @@ class Namespace:
     tag: str = field(default_factory=lambda: f"{PRIVATE_PREFIX}{next(_loads)}")
     stub_packages: frozenset[str] = frozenset()
     """Third-party top-level packages served from stubs (the missing ones among those opted in)."""
+    stub_missing: bool = False
+    """Serve every third-party package that is not installed from stubs (loud ones, see ``loud``)."""
     transform: CodeTransform | None = None
     loud: bool = True
     """Whether stubs raise when used after the load (see ``harness.targets.stubs``)."""
@@ -233,6 +237,10 @@ class Namespace:
     def __post_init__(self) -> None:
         self.builtins = dict(vars(builtins))
         self.builtins["__import__"] = self.import_
+        # Engine modules that log through ``logging.getLogger(__name__)`` log under the tag: keep it quiet.
+        quiet = logging.getLogger(self.tag)
+        quiet.addHandler(logging.NullHandler())
+        quiet.propagate = False
 
     def _stub(self, name: str, resolve: Callable[[str, str], Any] | None = None) -> Stub:
         return Stub(name, self.record if self.loud else None, resolve)
@@ -277,7 +285,9 @@ class Namespace:
         if level:
             name = _resolve_relative(name, (globals or {}).get("__package__") or "", level)
         elif top not in (self.package, *self.stub_packages):
-            return _REAL_IMPORT(name, globals, locals, fromlist, level)
+            if not (self.stub_missing and not _importable(top)):
+                return _REAL_IMPORT(name, globals, locals, fromlist, level)
+            self.stub_packages = self.stub_packages | {top}
         elif top != self.package:
             self.record.packages.add(top)
         module = self.module(name)
@@ -357,6 +367,7 @@ def load(
     *,
     shims: Callable[[Record], Shims] | None = None,
     stub_packages: Collection[str] = (),
+    stub_missing: bool = False,
     transform: CodeTransform | None = None,
     loud: bool = True,
 ) -> Engine:
@@ -367,6 +378,7 @@ def load(
     ``shims`` makes the engine's stand-ins for this load's record;
     ``stub_packages`` names third-party top-level packages to serve from recorded
     stubs when they are not installed (an installed one is used for real);
+    ``stub_missing`` does so for any package that is not installed;
     ``transform`` rewrites each file's code before it runs; ``loud`` arms the
     stubs once the files have loaded.
     """
@@ -382,6 +394,7 @@ def load(
         record=record,
         shims=engine_shims,
         stub_packages=missing,
+        stub_missing=stub_missing,
         transform=transform,
         loud=loud,
     )
@@ -404,6 +417,7 @@ def load(
     )
 
 
+@functools.cache
 def _importable(package: str) -> bool:
     try:
         return importlib.util.find_spec(package) is not None

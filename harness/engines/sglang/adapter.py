@@ -101,10 +101,6 @@ def detect(engine: loader.Engine) -> Functions:
             (flag for flag in PATH_SWITCHES if flag in names and hasattr(rules, flag)), None
         )
         functions.list_encoder = hasattr(rules, "_flatten_embedding_result")
-        if not functions.list_encoder:
-            functions.notes.append(
-                "encoder must return one tensor: list outputs are concatenated by the adapter"
-            )
     _explain_missing(functions, where)
     kimi = engine.module(layout.KIMI_MODULE)
     if functions.callable(KIMI_FEATURE) and "materialize_multimodal_features" not in vars(kimi):
@@ -202,6 +198,8 @@ class SGLangTarget:
             "cache": self._cache_origin(),
             "item_type": self._item_origin(),
             "path_switch": self.functions.path_switch,
+            "list_encoder": self.functions.list_encoder,
+            "stubbed_packages": sorted(engine.record.packages),
             "notes": self.notes(),
             "load_errors": engine.errors,
             "load_ms": round(engine.load_seconds * 1000, 1),
@@ -214,6 +212,11 @@ class SGLangTarget:
     def notes(self) -> list[str]:
         """What a user should know before reading this target's verdicts (``check`` prints them)."""
         notes = list(self.functions.notes)
+        if self.engine.record.packages:
+            packages = ", ".join(sorted(self.engine.record.packages))
+            notes.append(
+                f"not installed here, served from stubs: {packages} (used at run time: could not test)"
+            )
         if self.functions.cache_init is not None and self._cache_is_shim():
             notes.append(
                 "no mem_cache/multimodal_cache.py loaded: the cache checks exercise the harness's"
@@ -517,7 +520,8 @@ def shims_for(source: loader.Source) -> Callable[[Any], shims.SGLangShims]:
 
 
 def load(source: loader.Source) -> loader.Engine:
-    return loader.load(source, layout.RULES, shims=shims_for(source))
+    """The rules files of ``source``; a third-party package a fork imports and this host lacks is a stub."""
+    return loader.load(source, layout.RULES, shims=shims_for(source), stub_missing=True)
 
 
 def from_path(path: str, *, name: str | None = None, release: str | None = None) -> SGLangTarget:
