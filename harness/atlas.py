@@ -167,16 +167,25 @@ def _entry(entry: Entry, matrix: Matrix, short: dict[str, str]) -> list[str]:
     where = short[targets[0]] if len(targets) == 1 else f"{short[targets[0]]} to {short[targets[-1]]}"
     note = entry.note
     title = note.name if note else f"Not yet explained: {entry.found[0][1].signature}"
-    lines = [f"### {title}", "", f"**Releases**: {where} ({len(targets)} of {len(matrix.targets)})."]
+    lines = [f"### {title}", "", f"**Releases**: {where} ({len(targets)} of {len(matrix.targets)}).", ""]
     if note:
-        lines += [f"**Function**: `{note.function}`. {note.what}", "", f"**Why it matters**: {note.why}", ""]
-    else:
-        lines += [""]
-    found_at = [n for _, span in entry.found for n in span.found_at if n is not None]
-    if found_at:
         lines += [
-            f"Examples to the first failure under the CI profile: median {statistics.median(found_at):g},"
-            f" worst {max(found_at)}.",
+            f"**Function**: `{note.function}`.",
+            "",
+            f"**What it does**: {note.what}",
+            "",
+            f"**Why it matters**: {note.why}",
+            "",
+        ]
+    first: dict[str, int] = {}
+    for _, span in entry.found:
+        for target, at in zip(span.targets, span.found_at, strict=True):
+            if at is not None:
+                first[target] = min(at, first.get(target, at))
+    if first:
+        lines += [
+            "Examples until the class is first found, per release, under the CI profile: median"
+            f" {statistics.median(first.values()):g}, worst {max(first.values())}.",
             "",
         ]
     lines += ["| check | signature | releases |", "| --- | --- | --- |"]

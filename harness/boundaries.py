@@ -60,16 +60,21 @@ def classes(case: Case) -> set[str]:
     return found
 
 
-def first_seen(check: Check, target: Target, *, profile: str = "ci") -> dict[str, int]:
-    """Class -> the 1-based index of the first example of that class a run of the check draws."""
-    drawn: list[Case] = []
+def drawn(check: Check, target: Target, *, profile: str = "ci") -> list[Case]:
+    """The cases a run of the check draws, in order (shrinking's included, if it fails)."""
+    cases: list[Case] = []
 
     def recorded(device: str):
-        return check.examples(device).map(lambda example: drawn.append(example[0]) or example)
+        return check.examples(device).map(lambda example: cases.append(example[0]) or example)
 
     run_check(replace(check, examples=recorded), target, profile=profile)
+    return cases
+
+
+def first_seen(check: Check, target: Target, *, profile: str = "ci") -> dict[str, int]:
+    """Class -> the 1-based index of the first example of that class a run of the check draws."""
     first: dict[str, int] = {}
-    for index, case in enumerate(drawn, 1):
+    for index, case in enumerate(drawn(check, target, profile=profile), 1):
         for name in classes(case):
             first.setdefault(name, index)
     return first

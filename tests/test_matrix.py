@@ -90,6 +90,7 @@ def test_the_atlas_explains_what_its_notes_cover_and_lists_the_rest(tmp_path):
     text = atlas.render(matrix, atlas.load_notes(str(notes_file)))
     assert "### The start is one too late" in text
     assert "**Function**: `get_embedding_chunk`." in text
+    assert "**What it does**: counts the placeholder" in text
     assert "**Releases**: mutant:chunk_start_off_by_one (1 of 3)." in text
     _, _, rest = text.partition("### Not yet explained")
     assert rest and "mutant:chunk_end_inclusive" in rest, "outside its release range a note explains nothing"

@@ -521,3 +521,18 @@ def test_boundary_classes_of_a_hand_made_case():
     items = (Item(((0, 0),), hash=1), Item(((2, 3), (5, 5)), hash=1))
     case = Case((Request(2, 0, 0), Request(7, 3, 2, items)), ndim=3)
     assert boundary_classes.classes(case) == set(boundary_classes.CLASSES) - {"window starts on an item edge"}
+
+
+def test_checks_sharing_a_strategy_draw_different_cases_under_the_ci_profile():
+    from harness.checks import all_checks
+    from harness.targets.reference import ReferenceTarget
+
+    checks = all_checks()
+    one, two = (
+        boundary_classes.drawn(checks[c], ReferenceTarget())
+        for c in ("prefill.matches_reference", "prefill.path_independent")
+    )
+    assert len(one) == len(two) == 100
+    assert len(set(one) & set(two)) < 10, "each check explores its own sequence"
+    again = boundary_classes.drawn(checks["prefill.matches_reference"], ReferenceTarget())
+    assert again == one, "and it is the same sequence every run"
