@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import argparse
 
-from harness.boundaries import CLASSES, first_seen
-from harness.checks import all_checks
-from harness.targets.specs import resolve
+from mmharness.boundaries import CLASSES, first_seen
+from mmharness.checks import all_checks
+from mmharness.targets.specs import resolve
 
 SHORT = ["start", "end", "empty", "1-tok", "multi", "2-items", "gap-req", "3-D", "collide"]
 

@@ -13,12 +13,11 @@ import argparse
 import time
 
 from hypothesis import HealthCheck, given, settings
-
-import strategies as mst
-from harness import tensors
-from harness.checks import all_checks
-from harness.runner import run_check
-from harness.targets.specs import resolve
+from mmharness import strategies as mst
+from mmharness import tensors
+from mmharness.checks import all_checks
+from mmharness.runner import run_check
+from mmharness.targets.specs import resolve
 
 
 def bare_loop(target, examples: int) -> float:

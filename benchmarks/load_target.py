@@ -18,8 +18,8 @@ REPEATS = 20
 
 
 def _source(spec: str):
-    from harness.engines.sglang import adapter, layout
-    from harness.targets import loader
+    from mmharness.engines.sglang import adapter, layout
+    from mmharness.targets import loader
 
     if spec.startswith("sglang=="):
         version = spec.removeprefix("sglang==")
@@ -29,7 +29,7 @@ def _source(spec: str):
 
 def measure(spec: str) -> tuple[float, float]:
     """(first load, median warm load) in milliseconds, each building a full SGLangTarget."""
-    from harness.engines.sglang.adapter import SGLangTarget, load
+    from mmharness.engines.sglang.adapter import SGLangTarget, load
 
     source = _source(spec)
     started = time.perf_counter()

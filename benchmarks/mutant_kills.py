@@ -8,8 +8,8 @@ from __future__ import annotations
 import argparse
 import statistics
 
-from harness.selftest import kill
-from harness.targets.mutants import MUTANTS
+from mmharness.selftest import kill
+from mmharness.targets.mutants import MUTANTS
 
 
 def main() -> None:

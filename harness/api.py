@@ -5,8 +5,8 @@ the modules that hold it and listed in ``__all__``; importing it never imports
 torch. ``docs/examples/toy_adapter.py`` is a whole target built on it.
 """
 
-from harness.model import Case, CaseError, Item, Request, Row
-from harness.targets.base import (
+from mmharness.model import Case, CaseError, Item, Request, Row
+from mmharness.targets.base import (
     ADJUST,
     ALL_CAPABILITIES,
     CHUNK,
@@ -24,8 +24,8 @@ from harness.targets.base import (
     Target,
     TargetError,
 )
-from harness.targets.specs import SpecForm
-from harness.tensors import (
+from mmharness.targets.specs import SpecForm
+from mmharness.tensors import (
     input_ids,
     item_embedding,
     item_features,

@@ -16,9 +16,9 @@ import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from harness.checks.outcome import COULD_NOT_TEST, DIVERGENCE, HAZARD
-from harness.matrix import ERROR, Matrix, Span
-from harness.runner import SKIPPED
+from mmharness.checks.outcome import COULD_NOT_TEST, DIVERGENCE, HAZARD
+from mmharness.matrix import ERROR, Matrix, Span
+from mmharness.runner import SKIPPED
 
 
 class NotesError(ValueError):
@@ -63,7 +63,7 @@ class Entry:
 
 
 def load_notes(path: str) -> list[Note]:
-    from harness.baseline import BaselineError, read_json
+    from mmharness.baseline import BaselineError, read_json
 
     try:
         data = read_json(path, "an atlas notes file")

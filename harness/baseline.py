@@ -18,7 +18,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-from harness.runner import Finding, Result
+from mmharness.runner import Finding, Result
 
 FORMAT = "mmharness.baseline/1"
 MAX_BYTES = 16 * 1024 * 1024
@@ -121,7 +121,7 @@ def _from_report(results: list[dict]) -> Iterable[Entry]:
 
 def dump(results: list[Result], current: dict) -> dict:
     """A baseline of every finding of a run."""
-    from harness.report import case_hash
+    from mmharness.report import case_hash
 
     return {
         "format": FORMAT,

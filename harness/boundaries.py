@@ -11,10 +11,10 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from harness.checks.registry import Check
-from harness.model import Case
-from harness.runner import run_check
-from harness.targets.base import Target
+from mmharness.checks.registry import Check
+from mmharness.model import Case
+from mmharness.runner import run_check
+from mmharness.targets.base import Target
 
 CLASSES = (
     "window starts on an item edge",

@@ -149,9 +149,9 @@ def _fuzz_parsers() -> dict[str, str]:
     """Fuzz target name -> the module holding its entry point: the case parser's, then each engine's."""
     import importlib
 
-    from harness.targets.specs import ENGINES
+    from mmharness.targets.specs import ENGINES
 
-    parsers = {CASE_PARSER: "harness.fuzz.case_parser"}
+    parsers = {CASE_PARSER: "mmharness.fuzz.case_parser"}
     for engine in ENGINES:
         parsers.update(importlib.import_module(engine).FUZZ_TARGETS)
     return parsers
@@ -189,8 +189,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _target(spec: str):
-    from harness.targets.base import TargetError
-    from harness.targets.specs import resolve
+    from mmharness.targets.base import TargetError
+    from mmharness.targets.specs import resolve
 
     try:
         return resolve(spec)
@@ -199,7 +199,7 @@ def _target(spec: str):
 
 
 def _selected_checks(groups: list[str] | None):
-    from harness.checks import select
+    from mmharness.checks import select
 
     ids = [part.strip() for group in groups or [] for part in group.split(",") if part.strip()]
     if groups is not None and not ids:
@@ -227,8 +227,8 @@ def _writable(option: str, path: str | None, *, directory: bool = False) -> None
 
 
 def _check(args: argparse.Namespace) -> int:
-    from harness import baseline, report
-    from harness.runner import cuda_available, run_check
+    from mmharness import baseline, report
+    from mmharness.runner import cuda_available, run_check
 
     target = _target(args.target)
     checks = _selected_checks(args.checks)
@@ -292,9 +292,9 @@ def _check(args: argparse.Namespace) -> int:
 
 
 def _atlas(args: argparse.Namespace) -> int:
-    from harness import atlas, report
-    from harness.baseline import BaselineError, read_json
-    from harness.matrix import Matrix
+    from mmharness import atlas, report
+    from mmharness.baseline import BaselineError, read_json
+    from mmharness.matrix import Matrix
 
     _writable("--output", args.output)
     try:
@@ -331,8 +331,8 @@ def _command_line(argv: list[str]) -> str:
 
 def _exit_code(kinds: list[str], *, strict: bool) -> int:
     """From the kinds of the findings (or the statuses of the results) that count against a run."""
-    from harness.checks.outcome import COULD_NOT_TEST
-    from harness.runner import fails_run
+    from mmharness.checks.outcome import COULD_NOT_TEST
+    from mmharness.runner import fails_run
 
     if any(fails_run(kind, strict=strict) for kind in kinds):
         return DIVERGED
@@ -342,7 +342,7 @@ def _exit_code(kinds: list[str], *, strict: bool) -> int:
 def _baseline(path: str | None, current: dict):
     if path is None:
         return None
-    from harness import baseline
+    from mmharness import baseline
 
     try:
         return baseline.load(path, current)
@@ -362,10 +362,10 @@ def _print_header(target, spec: str) -> None:
 
 
 def _replay(args: argparse.Namespace) -> int:
-    from harness import payload, report
-    from harness.checks import all_checks
-    from harness.checks.common import params_problem
-    from harness.runner import replay
+    from mmharness import payload, report
+    from mmharness.checks import all_checks
+    from mmharness.checks.common import params_problem
+    from mmharness.runner import replay
 
     checks = all_checks()
     results = []
@@ -392,8 +392,8 @@ def _replay(args: argparse.Namespace) -> int:
 
 
 def _matrix(args: argparse.Namespace) -> int:
-    from harness import report
-    from harness.matrix import render, run_matrix
+    from mmharness import report
+    from mmharness.matrix import render, run_matrix
 
     checks = _selected_checks(args.checks)
     _check_max_examples(args.max_examples)
@@ -432,7 +432,7 @@ def _targets(args: argparse.Namespace) -> int:
     if args.spec:
         _print_description(_target(args.spec).describe())
         return 0
-    from harness.targets.specs import listing
+    from mmharness.targets.specs import listing
 
     for spec, description in listing():
         print(f"{spec:<40} {description}")
@@ -452,7 +452,7 @@ def _print_description(description: dict) -> None:
 
 
 def _checks(args: argparse.Namespace) -> int:
-    from harness.checks import all_checks
+    from mmharness.checks import all_checks
 
     for check in all_checks().values():
         needs = ",".join(sorted(check.needs))
@@ -464,8 +464,8 @@ def _fuzz(args: argparse.Namespace) -> int:
     import importlib
     import tempfile
 
-    from harness.fuzz import FINDINGS_ENV, Baseline, findings_dir
-    from harness.targets.base import TargetError
+    from mmharness.fuzz import FINDINGS_ENV, Baseline, findings_dir
+    from mmharness.targets.base import TargetError
 
     engine = args.parser != CASE_PARSER
     if args.findings:

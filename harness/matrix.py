@@ -16,9 +16,9 @@ from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
-from harness.checks.outcome import COULD_NOT_TEST, DIVERGENCE, HAZARD
-from harness.checks.registry import Check
-from harness.runner import PASSED, SKIPPED, fails_run, run_check
+from mmharness.checks.outcome import COULD_NOT_TEST, DIVERGENCE, HAZARD
+from mmharness.checks.registry import Check
+from mmharness.runner import PASSED, SKIPPED, fails_run, run_check
 
 FORMAT = "mmharness.matrix/2"
 ERROR = "error"
@@ -176,9 +176,9 @@ def _column(
     spec: str, check_ids: Sequence[str], profile: str, max_examples: int | None, seed: int | None
 ) -> tuple[str | None, str | None, dict[str, Cell]]:
     """One target's cells: ``(release, load error, check id -> cell)``; runs in a worker process."""
-    from harness.checks import all_checks
-    from harness.targets.base import TargetError
-    from harness.targets.specs import resolve
+    from mmharness.checks import all_checks
+    from mmharness.targets.base import TargetError
+    from mmharness.targets.specs import resolve
 
     try:
         target = resolve(spec)

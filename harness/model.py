@@ -1,7 +1,7 @@
 """The case model: plain frozen dataclasses that every other module speaks.
 
 A case describes a prefill batch symbolically. Tensor contents are never stored:
-an item's rows are a pure function of ``(hash, rows)`` (see ``harness.tensors``),
+an item's rows are a pure function of ``(hash, rows)`` (see ``mmharness.tensors``),
 so cases stay small, compare by value and shrink well.
 """
 
@@ -28,7 +28,7 @@ GridRow = tuple[int, int, int]
 class Row(NamedTuple):
     """Symbolic row ``index`` of the ``count``-row tensor keyed by ``hash``.
 
-    The reference model answers in rows, not tensors; ``harness.tensors`` turns
+    The reference model answers in rows, not tensors; ``mmharness.tensors`` turns
     them into values, and reports use them to say which item a row came from.
     """
 

@@ -4,7 +4,7 @@ One format serves the corpus, saved findings and ``replay``, so the parser is
 fed both hand-written files and fuzzer output. It therefore promises three
 things: it raises nothing but ``PayloadError``; every error names the offending
 field as a JSON-ish path (``requests[2].items[0].spans[1]``, ``$`` for the
-root), the same paths ``harness.model.problems`` uses; and every size is
+root), the same paths ``mmharness.model.problems`` uses; and every size is
 checked against a limit before anything is iterated or allocated at scale, so a
 document that merely *claims* a huge tensor is refused at once.
 
@@ -24,7 +24,7 @@ from collections.abc import Callable
 from dataclasses import MISSING, fields
 from typing import Any, NamedTuple, TypeVar
 
-from harness.model import (
+from mmharness.model import (
     DEVICES,
     DTYPES,
     GRID_KEYS,
@@ -213,7 +213,7 @@ def _dump_item(item: Item, case: Case) -> dict[str, Any]:
 
 
 def _embedding_description(item: Item, hidden: int, dtype: str, ndim: int) -> dict[str, Any]:
-    """What ``harness.tensors`` makes for the item; a description given on parse must match it."""
+    """What ``mmharness.tensors`` makes for the item; a description given on parse must match it."""
     rows = item.row_count
     return {
         "shape": [1, rows, hidden] if ndim == 3 else [rows, hidden],

@@ -32,7 +32,7 @@ def pytest_configure(config: pytest.Config) -> None:
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     if not any(item.get_closest_marker("cuda") for item in items):
         return
-    from harness.runner import cuda_available
+    from mmharness.runner import cuda_available
 
     if not cuda_available():
         skip = pytest.mark.skip(reason="no CUDA device")
@@ -44,8 +44,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 @pytest.fixture(scope="session")
 def mm_target(request: pytest.FixtureRequest):
     """The target named by ``--mm-target``."""
-    from harness.targets.base import TargetError
-    from harness.targets.specs import resolve
+    from mmharness.targets.base import TargetError
+    from mmharness.targets.specs import resolve
 
     spec = request.config.getoption("--mm-target")
     try:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from harness.model import Case, GridRow, Item, Request, Row, Span
+from mmharness.model import Case, GridRow, Item, Request, Row, Span
 
 PARTIAL_PRECOMPUTED_MESSAGE = "MM inputs where only some items are precomputed."
 ONE_GRID_MESSAGE = (

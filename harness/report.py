@@ -15,8 +15,8 @@ from pathlib import Path
 from typing import TextIO
 from xml.etree import ElementTree
 
-from harness.checks.outcome import COULD_NOT_TEST, DIVERGENCE, HAZARD
-from harness.runner import PASSED, SKIPPED, Finding, Result, fails_run
+from mmharness.checks.outcome import COULD_NOT_TEST, DIVERGENCE, HAZARD
+from mmharness.runner import PASSED, SKIPPED, Finding, Result, fails_run
 
 _COLORS = {PASSED: "32", DIVERGENCE: "31", HAZARD: "33", COULD_NOT_TEST: "35", SKIPPED: "2"}
 LABELS = {
@@ -56,7 +56,7 @@ def replay_command(path: str, target_spec: str) -> str:
 
 def save(result: Result, finding: Finding, target_spec: str, directory: Path) -> str:
     """Write a finding's shrunk example as a case document; return its path."""
-    from harness import payload
+    from mmharness import payload
 
     case, params = finding.example
     text = payload.dumps(
@@ -78,7 +78,7 @@ def case_hash(finding: Finding) -> str | None:
     """A short hash of a finding's shrunk case, to tell two baselined cases apart."""
     if finding.example is None:
         return None
-    from harness import payload
+    from mmharness import payload
 
     case, params = finding.example
     return hashlib.sha1(payload.dumps(case, params=params).encode()).hexdigest()[:10]
@@ -90,7 +90,7 @@ def failure_details(result: Result, target_spec: str) -> str:
 
 
 def finding_details(result: Result, finding: Finding, target_spec: str) -> str:
-    from harness import payload
+    from mmharness import payload
 
     failure = finding.failure
     lines = [

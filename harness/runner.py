@@ -22,7 +22,7 @@ import random
 from dataclasses import dataclass, field
 from typing import Any
 
-from harness.checks.outcome import (
+from mmharness.checks.outcome import (
     COULD_NOT_TEST,
     DIVERGENCE,
     HAZARD,
@@ -32,8 +32,8 @@ from harness.checks.outcome import (
     raised,
     template,
 )
-from harness.checks.registry import Check, Example
-from harness.targets.base import Target, gap_in
+from mmharness.checks.registry import Check, Example
+from mmharness.targets.base import Target, gap_in
 
 PASSED, SKIPPED = "passed", "skipped"
 SEVERITY = (DIVERGENCE, COULD_NOT_TEST, HAZARD)

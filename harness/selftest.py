@@ -9,11 +9,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import cache
 
-from harness.checks import all_checks
-from harness.checks.outcome import DIVERGENCE, HAZARD
-from harness.runner import run_check
-from harness.targets.mutants import MUTANTS, mutant
-from harness.targets.reference import ReferenceTarget
+from mmharness.checks import all_checks
+from mmharness.checks.outcome import DIVERGENCE, HAZARD
+from mmharness.runner import run_check
+from mmharness.targets.mutants import MUTANTS, mutant
+from mmharness.targets.reference import ReferenceTarget
 
 
 @dataclass(frozen=True)

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from functools import lru_cache
 from typing import TYPE_CHECKING
 
-from harness.model import Case, Item, Row
+from mmharness.model import Case, Item, Row
 
 if TYPE_CHECKING:
     import torch

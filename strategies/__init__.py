@@ -1,17 +1,17 @@
 """Hypothesis strategies for mmharness: batches of multimodal requests and their parts.
 
 A thin facade, like ``hypothesis.strategies``: everything public is re-exported
-here and listed in ``__all__``; the topic modules live in ``strategies._internal``.
+here and listed in ``__all__``; the topic modules live in ``mmharness.strategies._internal``.
 Importing this package never imports torch.
 """
 
-from strategies._internal.cases import cases
-from strategies._internal.coverage import COVERAGES
-from strategies._internal.grids import grid_cases, grid_items, grids
-from strategies._internal.malformed import MALFORMED_KINDS, malformed_cases
-from strategies._internal.requests import requests
-from strategies._internal.schedules import schedules
-from strategies._internal.spans import spans
+from mmharness.strategies._internal.cases import cases
+from mmharness.strategies._internal.coverage import COVERAGES
+from mmharness.strategies._internal.grids import grid_cases, grid_items, grids
+from mmharness.strategies._internal.malformed import MALFORMED_KINDS, malformed_cases
+from mmharness.strategies._internal.requests import requests
+from mmharness.strategies._internal.schedules import schedules
+from mmharness.strategies._internal.spans import spans
 
 __all__ = [
     "COVERAGES",

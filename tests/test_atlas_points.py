@@ -11,11 +11,10 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-
-from harness import payload
-from harness.checks import all_checks
-from harness.checks.outcome import COULD_NOT_TEST, DIVERGENCE, HAZARD
-from harness.runner import PASSED, SKIPPED, replay, run_check
+from mmharness import payload
+from mmharness.checks import all_checks
+from mmharness.checks.outcome import COULD_NOT_TEST, DIVERGENCE, HAZARD
+from mmharness.runner import PASSED, SKIPPED, replay, run_check
 
 pytestmark = pytest.mark.network
 CHECKS = all_checks()
@@ -39,7 +38,7 @@ def _cache_env(harness_cache, monkeypatch):
 
 @pytest.fixture(scope="module")
 def release():
-    from harness.targets.specs import resolve
+    from mmharness.targets.specs import resolve
 
     loaded = {}
 

@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import pytest
-
-from harness.checks import all_checks
-from harness.checks.outcome import DIVERGENCE
-from harness.report import failure_details
-from harness.runner import SKIPPED, run_check
+from mmharness.checks import all_checks
+from mmharness.checks.outcome import DIVERGENCE
+from mmharness.report import failure_details
+from mmharness.runner import SKIPPED, run_check
 
 CHECKS = all_checks()
 

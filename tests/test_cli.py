@@ -7,8 +7,7 @@ import subprocess
 import sys
 
 import pytest
-
-from harness.cli import main
+from mmharness.cli import main
 
 
 def run(capsys, *argv: str) -> tuple[int, str, str]:
@@ -126,7 +125,7 @@ def test_could_not_test_has_its_own_exit_code(capsys, tmp_path, monkeypatch):
 
 
 GAPPY_ADAPTER = """
-from harness.targets.base import COUNT, HarnessGap
+from mmharness.targets.base import COUNT, HarnessGap
 
 
 class Gappy:
@@ -150,7 +149,7 @@ def test_listings(capsys):
 
 def test_help_does_not_import_torch():
     code = (
-        "import sys; from harness.cli import main\n"
+        "import sys; from mmharness.cli import main\n"
         "try: main(['--help'])\n"
         "except SystemExit: pass\n"
         "assert 'torch' not in sys.modules"

@@ -8,12 +8,11 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-
-from harness import payload
-from harness.checks import all_checks
-from harness.checks.outcome import DIVERGENCE
-from harness.report import failure_details
-from harness.runner import replay
+from mmharness import payload
+from mmharness.checks import all_checks
+from mmharness.checks.outcome import DIVERGENCE
+from mmharness.report import failure_details
+from mmharness.runner import replay
 
 REGRESSIONS = sorted((Path(__file__).parent.parent / "corpus" / "regressions").glob("*.json"))
 

@@ -6,12 +6,11 @@ Run with ``tox -e gpu`` or ``pytest -m cuda tests/test_cuda.py`` on a machine wi
 from __future__ import annotations
 
 import pytest
-
-from harness.checks import all_checks
-from harness.checks.outcome import DIVERGENCE
-from harness.runner import PASSED, run_check
-from harness.targets.engine_model import EngineModel
-from harness.targets.reference import ReferenceTarget
+from mmharness.checks import all_checks
+from mmharness.checks.outcome import DIVERGENCE
+from mmharness.runner import PASSED, run_check
+from mmharness.targets.engine_model import EngineModel
+from mmharness.targets.reference import ReferenceTarget
 
 pytestmark = pytest.mark.cuda
 

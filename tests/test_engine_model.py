@@ -19,14 +19,13 @@ from typing import Any
 
 import pytest
 import torch
-
-from harness import reference, tensors
-from harness.model import Case, CaseError, Item, Request
-from harness.targets import engine_model
-from harness.targets.base import ALL_CAPABILITIES, Encoder, FeatureItem, Target, TargetError
-from harness.targets.engine_model import EmbeddingCache, EngineModel
-from harness.targets.mutants import MUTANTS, mutant
-from harness.targets.reference import ReferenceTarget
+from mmharness import reference, tensors
+from mmharness.model import Case, CaseError, Item, Request
+from mmharness.targets import engine_model
+from mmharness.targets.base import ALL_CAPABILITIES, Encoder, FeatureItem, Target, TargetError
+from mmharness.targets.engine_model import EmbeddingCache, EngineModel
+from mmharness.targets.mutants import MUTANTS, mutant
+from mmharness.targets.reference import ReferenceTarget
 
 REFERENCE = ReferenceTarget()
 ENGINE = EngineModel()
@@ -457,6 +456,6 @@ def test_every_bug_switch_in_the_model_is_a_registered_mutant() -> None:
 
 
 def test_importing_the_targets_does_not_import_torch() -> None:
-    code = "import sys, harness.targets.mutants; print('torch' in sys.modules)"
+    code = "import sys, mmharness.targets.mutants; print('torch' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"

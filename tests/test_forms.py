@@ -11,10 +11,9 @@ from __future__ import annotations
 import textwrap
 
 import pytest
-
-from harness.engines.sglang import forms
-from harness.engines.sglang.adapter import from_path
-from harness.targets import base
+from mmharness.engines.sglang import forms
+from mmharness.engines.sglang.adapter import from_path
+from mmharness.targets import base
 
 CASES = [(name, form) for name, known in forms.FORMS.items() for form in known]
 

@@ -1,16 +1,15 @@
-"""``harness.matrix``: check x target statuses, the first failing target, text and JSON forms."""
+"""``mmharness.matrix``: check x target statuses, the first failing target, text and JSON forms."""
 
 from __future__ import annotations
 
 import json
 
 import pytest
-
-from harness import atlas
-from harness.checks import select
-from harness.checks.outcome import DIVERGENCE
-from harness.matrix import ERROR, Matrix, render, run_matrix
-from harness.runner import PASSED
+from mmharness import atlas
+from mmharness.checks import select
+from mmharness.checks.outcome import DIVERGENCE
+from mmharness.matrix import ERROR, Matrix, render, run_matrix
+from mmharness.runner import PASSED
 
 CHECKS = select(["chunk.matches_reference", "count.matches_reference"])
 TARGETS = ["reference", "mutant:chunk_start_off_by_one", "/nonexistent/sglang-fork"]

@@ -6,9 +6,8 @@ import subprocess
 import sys
 
 import pytest
-
-from harness import tensors
-from harness.model import Case, CaseError, Item, Request, validate
+from mmharness import tensors
+from mmharness.model import Case, CaseError, Item, Request, validate
 
 
 def one(*items: Item, seq_len: int = 10, prefix: int = 0, extend: int = 10) -> Case:
@@ -62,11 +61,18 @@ def test_rows_are_deterministic_and_exact_in_every_dtype():
         assert not torch.equal(a, tensors.block(43, 5, case))
 
 
-def test_importing_harness_and_strategies_does_not_import_torch():
+def test_importing_the_package_does_not_import_torch(tmp_path):
     code = (
-        "import sys, harness, harness.model, harness.reference, harness.checks, harness.cli,"
-        " harness.payload, harness.targets.specs, strategies;"
-        "harness.checks.all_checks();"
+        "import sys, mmharness, mmharness.model, mmharness.reference, mmharness.checks, mmharness.cli,"
+        " mmharness.payload, mmharness.targets.specs, mmharness.strategies, mmharness.api;"
+        "mmharness.checks.all_checks();"
         "assert 'torch' not in sys.modules, 'torch imported'"
     )
-    subprocess.run([sys.executable, "-c", code], check=True)
+    subprocess.run([sys.executable, "-c", code], check=True, cwd=tmp_path)
+
+
+@pytest.mark.parametrize("name", ["harness", "strategies"])
+def test_only_mmharness_is_installed_at_top_level(tmp_path, name):
+    """The repository's directories are not importable names of their own (outside the checkout)."""
+    code = f"import importlib.util; assert importlib.util.find_spec({name!r}) is None"
+    subprocess.run([sys.executable, "-c", code], check=True, cwd=tmp_path)

@@ -20,12 +20,11 @@ from typing import Any
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-
-import strategies as mst
-from harness import payload
-from harness.fuzz import FINDING_FORMAT, guarded
-from harness.fuzz.case_parser import TestOneInput
-from harness.model import (
+from mmharness import payload
+from mmharness import strategies as mst
+from mmharness.fuzz import FINDING_FORMAT, guarded
+from mmharness.fuzz.case_parser import TestOneInput
+from mmharness.model import (
     DEVICES,
     DTYPES,
     GRID_KEYS,
@@ -35,7 +34,7 @@ from harness.model import (
     Request,
     is_well_formed,
 )
-from harness.payload import FORMAT, PayloadError, dump, dumps, loads, parse
+from mmharness.payload import FORMAT, PayloadError, dump, dumps, loads, parse
 
 ROOT = Path(__file__).resolve().parents[1]
 SEEDS = sorted((ROOT / "corpus" / "case-parser").glob("*"))
@@ -509,7 +508,7 @@ def test_payload_error_pickles() -> None:
 
 
 def test_importing_the_parser_and_its_fuzzer_never_imports_torch() -> None:
-    code = "import sys, harness.payload, harness.fuzz.case_parser; print('torch' in sys.modules)"
+    code = "import sys, mmharness.payload, mmharness.fuzz.case_parser; print('torch' in sys.modules)"
     result = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, check=True
     )

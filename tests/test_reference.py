@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 import pytest
-
-from harness import reference
-from harness.model import Case, Item, Request, Row
+from mmharness import reference
+from mmharness.model import Case, Item, Request, Row
 
 # SGLang's own unit-test table: three items in a sequence of 30.
 TABLE_SPANS = ((2, 5), (9, 14), (20, 24))

@@ -13,8 +13,7 @@ import tokenize
 from pathlib import Path
 
 import pytest
-
-from harness.targets.specs import ENGINES
+from mmharness.targets.specs import ENGINES
 
 ROOT = Path(__file__).parent.parent
 ENGINE_NAMES = [name.rsplit(".", 1)[-1] for name in ENGINES]
@@ -59,7 +58,7 @@ def test_no_generic_module_names_an_engine(engine):
         f"{path.relative_to(ROOT)}:{line}: {text}"
         for path in _generic_files()
         for line, text in _code_tokens(path)
-        if engine in text.lower() and not (path == REGISTRY and text == f'"harness.engines.{engine}"')
+        if engine in text.lower() and not (path == REGISTRY and text == f'"mmharness.engines.{engine}"')
     ]
     assert named == []
 

@@ -8,14 +8,13 @@ within the CI profile.
 from __future__ import annotations
 
 import pytest
-
-from harness.checks import all_checks
-from harness.checks.outcome import DIVERGENCE, HAZARD
-from harness.runner import PASSED, SKIPPED, run_check
-from harness.selftest import kill, reference_status
-from harness.targets.engine_model import EngineModel
-from harness.targets.mutants import MUTANTS
-from harness.targets.specs import resolve
+from mmharness.checks import all_checks
+from mmharness.checks.outcome import DIVERGENCE, HAZARD
+from mmharness.runner import PASSED, SKIPPED, run_check
+from mmharness.selftest import kill, reference_status
+from mmharness.targets.engine_model import EngineModel
+from mmharness.targets.mutants import MUTANTS
+from mmharness.targets.specs import resolve
 
 CHECKS = all_checks()
 

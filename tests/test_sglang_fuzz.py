@@ -19,14 +19,13 @@ import textwrap
 from pathlib import Path
 
 import pytest
-
-from harness import cli
-from harness.engines.sglang import fuzz as sp
-from harness.engines.sglang import layout, parsers
-from harness.fuzz import FINDING_FORMAT, Baseline, Hang, SilentAcceptance
-from harness.fuzz import payloads as fuzz_payloads
-from harness.targets import loader
-from harness.targets.base import TargetError
+from mmharness import cli
+from mmharness.engines.sglang import fuzz as sp
+from mmharness.engines.sglang import layout, parsers
+from mmharness.fuzz import FINDING_FORMAT, Baseline, Hang, SilentAcceptance
+from mmharness.fuzz import payloads as fuzz_payloads
+from mmharness.targets import loader
+from mmharness.targets.base import TargetError
 
 ROOT = Path(__file__).parent.parent
 BASELINE = ROOT / "corpus" / "fuzz-baseline.json"
@@ -338,7 +337,7 @@ def test_structured_inputs_give_payloads_of_each_target(fake):
 
 def test_importing_the_engine_fuzzers_never_imports_torch():
     code = (
-        "import sys, harness.engines.sglang.fuzz, harness.engines.sglang.parsers;"
+        "import sys, mmharness.engines.sglang.fuzz, mmharness.engines.sglang.parsers;"
         " print('torch' in sys.modules)"
     )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
@@ -420,7 +419,7 @@ def test_structured_inputs_find_nothing_new_against_sglang_0_5_23(parser, releas
 def test_the_cli_fuzzes_an_engine_target_by_run_count(release_parsers, harness_cache, tmp_path):
     pytest.importorskip("atheris")
     command = [
-        sys.executable, "-m", "harness.cli", "fuzz", sp.MM_DATA, "--baseline", str(BASELINE),
+        sys.executable, "-m", "mmharness.cli", "fuzz", sp.MM_DATA, "--baseline", str(BASELINE),
         "--findings", str(tmp_path / "findings"), "--", "-atheris_runs=300",
     ]  # fmt: skip
     env = {**os.environ, "MMHARNESS_CACHE": str(harness_cache)}

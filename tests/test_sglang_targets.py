@@ -24,17 +24,16 @@ import textwrap
 from pathlib import Path
 
 import pytest
-
-from harness.checks import all_checks
-from harness.checks.outcome import COULD_NOT_TEST, DIVERGENCE, HAZARD
-from harness.engines.sglang import adapter, layout, shims
-from harness.engines.sglang.adapter import SGLangTarget, from_path, from_release
-from harness.engines.sglang.items import read_schema
-from harness.model import Case, Item, Request
-from harness.runner import PASSED, SKIPPED, replay, run_check
-from harness.targets import base, loader, releases, stubs
-from harness.targets.base import HarnessGap, TargetError
-from harness.targets.specs import resolve
+from mmharness.checks import all_checks
+from mmharness.checks.outcome import COULD_NOT_TEST, DIVERGENCE, HAZARD
+from mmharness.engines.sglang import adapter, layout, shims
+from mmharness.engines.sglang.adapter import SGLangTarget, from_path, from_release
+from mmharness.engines.sglang.items import read_schema
+from mmharness.model import Case, Item, Request
+from mmharness.runner import PASSED, SKIPPED, replay, run_check
+from mmharness.targets import base, loader, releases, stubs
+from mmharness.targets.base import HarnessGap, TargetError
+from mmharness.targets.specs import resolve
 
 CHECKS = all_checks()
 
@@ -267,8 +266,8 @@ def test_checks_run_through_the_adapter(synthetic, check_id):
 
 def test_importing_specs_does_not_import_torch():
     code = (
-        "import sys, harness.targets.specs, harness.engines.sglang.adapter, harness.targets.loader,"
-        " harness.targets.releases, harness.matrix; assert 'torch' not in sys.modules"
+        "import sys, mmharness.targets.specs, mmharness.engines.sglang.adapter, mmharness.targets.loader,"
+        " mmharness.targets.releases, mmharness.matrix; assert 'torch' not in sys.modules"
     )
     subprocess.run([sys.executable, "-c", code], check=True)
 

@@ -17,11 +17,10 @@ import pytest
 from hypothesis import Phase, find, given, settings
 from hypothesis import strategies as st
 from hypothesis.errors import InvalidArgument
-
-import strategies
-from harness import boundaries as boundary_classes
-from harness.model import GRID_KEYS, Case, Item, Request, Span, problems, validate
-from strategies import (
+from mmharness import boundaries as boundary_classes
+from mmharness import strategies
+from mmharness.model import GRID_KEYS, Case, Item, Request, Span, problems, validate
+from mmharness.strategies import (
     COVERAGES,
     MALFORMED_KINDS,
     cases,
@@ -490,9 +489,17 @@ def test_facade_exports_exactly_all():
     assert sorted(strategies.__all__) == list(strategies.__all__)
 
 
-def test_importing_strategies_does_not_import_torch():
-    code = "import strategies, sys; assert 'torch' not in sys.modules"
-    subprocess.run([sys.executable, "-c", code], check=True)
+def test_importing_strategies_does_not_import_torch(tmp_path):
+    code = "from mmharness import strategies; import sys; assert 'torch' not in sys.modules"
+    subprocess.run([sys.executable, "-c", code], check=True, cwd=tmp_path)
+
+
+def test_the_adapter_facade_exports_exactly_all():
+    from mmharness import api
+
+    public = {name for name in vars(api) if not name.startswith("_")}
+    assert public == set(api.__all__)
+    assert sorted(api.__all__) == list(api.__all__)
 
 
 # Boundary classes -------------------------------------------------------------------------
@@ -509,8 +516,8 @@ REACHES = {
 @pytest.mark.parametrize("check_id", sorted(REACHES))
 def test_the_ci_profile_reaches_every_boundary_class(check_id):
     """Window edges on item edges, empty windows, 3-D embeddings...: each within the CI budget."""
-    from harness.checks import all_checks
-    from harness.targets.reference import ReferenceTarget
+    from mmharness.checks import all_checks
+    from mmharness.targets.reference import ReferenceTarget
 
     first = boundary_classes.first_seen(all_checks()[check_id], ReferenceTarget())
     assert REACHES[check_id] <= set(first), REACHES[check_id] - set(first)
@@ -524,8 +531,8 @@ def test_boundary_classes_of_a_hand_made_case():
 
 
 def test_checks_sharing_a_strategy_draw_different_cases_under_the_ci_profile():
-    from harness.checks import all_checks
-    from harness.targets.reference import ReferenceTarget
+    from mmharness.checks import all_checks
+    from mmharness.targets.reference import ReferenceTarget
 
     checks = all_checks()
     one, two = (

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from functools import partial
 
-from harness import reference, tensors
-from harness.checks.common import REFERENCE, plain, scheduled, windows, with_window
-from harness.checks.outcome import (
+from mmharness import reference, tensors
+from mmharness.checks.common import REFERENCE, plain, scheduled, windows, with_window
+from mmharness.checks.outcome import (
     Failure,
     Hazard,
     describe,
@@ -17,14 +17,14 @@ from harness.checks.outcome import (
     show_error,
     value_of,
 )
-from harness.checks.registry import DIFFERENTIAL, HAZARD, METAMORPHIC, ROBUSTNESS, check
-from harness.model import Case, problems
-from harness.targets.base import CHUNK, Target
-from strategies import MALFORMED_KINDS
+from mmharness.checks.registry import DIFFERENTIAL, HAZARD, METAMORPHIC, ROBUSTNESS, check
+from mmharness.model import Case, problems
+from mmharness.strategies import MALFORMED_KINDS
+from mmharness.targets.base import CHUNK, Target
 
 
 def _cases(device: str):
-    import strategies as mst
+    from mmharness import strategies as mst
 
     return plain(mst.cases(min_items_total=1, device=device))
 
@@ -36,7 +36,7 @@ SPAN_AND_WINDOW_KINDS = tuple(kind for kind in MALFORMED_KINDS if kind != ROW_MI
 
 def _malformed(kinds: tuple[str, ...]):
     def examples(device: str):
-        import strategies as mst
+        from mmharness import strategies as mst
 
         return plain(mst.malformed_cases(kinds=kinds, device=device))
 

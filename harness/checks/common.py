@@ -6,15 +6,14 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
-from harness import reference
-from harness.checks.outcome import DIVERGENCE, Failure, Hazard, Outcome, same_error, value_of
-from harness.model import Case
-from harness.targets.reference import ReferenceTarget
+from mmharness import reference
+from mmharness.checks.outcome import DIVERGENCE, Failure, Hazard, Outcome, same_error, value_of
+from mmharness.model import Case
+from mmharness.targets.reference import ReferenceTarget
 
 if TYPE_CHECKING:
     from hypothesis.strategies import SearchStrategy
-
-    from harness.checks.registry import Check, Example, Property
+    from mmharness.checks.registry import Check, Example, Property
 
 REFERENCE = ReferenceTarget()
 
@@ -42,7 +41,7 @@ def windows(schedule: list[int]) -> list[tuple[int, int]]:
 
 def scheduled(device: str) -> SearchStrategy[Example]:
     """One request with items and a schedule of prefill chunks over its whole sequence."""
-    import strategies as mst
+    from mmharness import strategies as mst
 
     def add_schedule(case: Case) -> SearchStrategy[Example]:
         request = case.requests[0]
@@ -57,8 +56,7 @@ def scheduled(device: str) -> SearchStrategy[Example]:
 def permuted(device: str, coverage: str) -> SearchStrategy[Example]:
     """A batch of two or more requests and a permutation of them."""
     from hypothesis import strategies as st
-
-    import strategies as mst
+    from mmharness import strategies as mst
 
     return mst.cases(min_requests=2, coverage=coverage, device=device).flatmap(
         lambda case: st.permutations(range(len(case.requests))).map(

@@ -5,17 +5,17 @@ from __future__ import annotations
 from dataclasses import replace
 from functools import partial
 
-from harness import tensors
-from harness.checks.common import plain
-from harness.checks.outcome import Outcome, expect_same, observe
-from harness.checks.prefill import run
-from harness.checks.registry import METAMORPHIC, check
-from harness.model import Case
-from harness.targets.base import CHUNK, PRECOMPUTED, PREFILL, Target
+from mmharness import tensors
+from mmharness.checks.common import plain
+from mmharness.checks.outcome import Outcome, expect_same, observe
+from mmharness.checks.prefill import run
+from mmharness.checks.registry import METAMORPHIC, check
+from mmharness.model import Case
+from mmharness.targets.base import CHUNK, PRECOMPUTED, PREFILL, Target
 
 
 def _cases(device: str):
-    import strategies as mst
+    from mmharness import strategies as mst
 
     return plain(mst.cases(min_items_total=1, device="cpu"))
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 from dataclasses import replace
 from functools import partial
 
-from harness import reference, tensors
-from harness.checks.common import plain, refused_partial
-from harness.checks.outcome import (
+from mmharness import reference, tensors
+from mmharness.checks.common import plain, refused_partial
+from mmharness.checks.outcome import (
     Failure,
     Hazard,
     Outcome,
@@ -16,14 +16,14 @@ from harness.checks.outcome import (
     expect_same,
     observe,
 )
-from harness.checks.prefill import UNLIMITED
-from harness.checks.registry import DIFFERENTIAL, check
-from harness.model import Case
-from harness.targets.base import EMBED_AND_MASK, PRECOMPUTED, Encoder, Target
+from mmharness.checks.prefill import UNLIMITED
+from mmharness.checks.registry import DIFFERENTIAL, check
+from mmharness.model import Case
+from mmharness.targets.base import EMBED_AND_MASK, PRECOMPUTED, Encoder, Target
 
 
 def _cases(device: str):
-    import strategies as mst
+    from mmharness import strategies as mst
 
     return plain(mst.cases(min_items_total=1, device=device))
 

@@ -5,12 +5,12 @@ from __future__ import annotations
 from dataclasses import replace
 from functools import partial
 
-from harness import tensors
-from harness.checks.common import REFERENCE
-from harness.checks.outcome import Outcome, expect_equal, expect_same, observe, value_of
-from harness.checks.registry import DIFFERENTIAL, METAMORPHIC, check
-from harness.model import Case, Item, Request
-from harness.targets.base import ONE_GRID, SPLIT, FeatureItem, Target
+from mmharness import tensors
+from mmharness.checks.common import REFERENCE
+from mmharness.checks.outcome import Outcome, expect_equal, expect_same, observe, value_of
+from mmharness.checks.registry import DIFFERENTIAL, METAMORPHIC, check
+from mmharness.model import Case, Item, Request
+from mmharness.targets.base import ONE_GRID, SPLIT, FeatureItem, Target
 
 
 def _grid_cases(aggregated: bool | None, max_items: int = 1):
@@ -18,8 +18,7 @@ def _grid_cases(aggregated: bool | None, max_items: int = 1):
 
     def examples(device: str):
         from hypothesis import strategies as st
-
-        import strategies as mst
+        from mmharness import strategies as mst
 
         def wrap(case: Case, more: list[Item]):
             items = list(case.requests[0].items)

@@ -14,9 +14,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from harness import tensors
-from harness.model import Case
-from harness.targets.base import HarnessGap, gap_in
+from mmharness import tensors
+from mmharness.model import Case
+from mmharness.targets.base import HarnessGap, gap_in
 
 DIVERGENCE, HAZARD, COULD_NOT_TEST = "divergence", "hazard", "could-not-test"
 """The kinds of finding (see docs/rules.md, "Verdicts")."""

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from functools import partial
 
-from harness.checks.common import REFERENCE, blocks_in_order, permute, permuted, plain, refused_partial
-from harness.checks.outcome import Hazard, Outcome, expect_same, observe
-from harness.checks.registry import DIFFERENTIAL, HAZARD, METAMORPHIC, check
-from harness.model import Case
-from harness.targets.base import PRECOMPUTED, Target
+from mmharness.checks.common import REFERENCE, blocks_in_order, permute, permuted, plain, refused_partial
+from mmharness.checks.outcome import Hazard, Outcome, expect_same, observe
+from mmharness.checks.registry import DIFFERENTIAL, HAZARD, METAMORPHIC, check
+from mmharness.model import Case
+from mmharness.targets.base import PRECOMPUTED, Target
 
 
 def _cases(*coverages: str):
@@ -16,8 +16,7 @@ def _cases(*coverages: str):
 
     def examples(device: str):
         from hypothesis import strategies as st
-
-        import strategies as mst
+        from mmharness import strategies as mst
 
         return plain(st.one_of(*(mst.cases(coverage=c, device=device) for c in coverages)))
 

@@ -11,8 +11,8 @@ from dataclasses import replace
 from functools import partial
 from typing import Any
 
-from harness import reference
-from harness.checks.common import (
+from mmharness import reference
+from mmharness.checks.common import (
     REFERENCE,
     blocks_in_order,
     collisions_are_hazards,
@@ -23,16 +23,16 @@ from harness.checks.common import (
     windows,
     with_window,
 )
-from harness.checks.outcome import Hazard, Outcome, expect_same, is_clear_error, observe, value_of
-from harness.checks.registry import DIFFERENTIAL, HAZARD, METAMORPHIC, check
-from harness.model import Case
-from harness.targets.base import PER_REQUEST_PATH, PREFILL, Encoder, Target
+from mmharness.checks.outcome import Hazard, Outcome, expect_same, is_clear_error, observe, value_of
+from mmharness.checks.registry import DIFFERENTIAL, HAZARD, METAMORPHIC, check
+from mmharness.model import Case
+from mmharness.targets.base import PER_REQUEST_PATH, PREFILL, Encoder, Target
 
 UNLIMITED = 1 << 40
 
 
 def _cases(device: str):
-    import strategies as mst
+    from mmharness import strategies as mst
 
     return plain(mst.cases(collisions=True, device=device))
 

@@ -12,12 +12,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from harness.model import Case
+from mmharness.model import Case
 
 if TYPE_CHECKING:
     from hypothesis.strategies import SearchStrategy
-
-    from harness.targets.base import Target
+    from mmharness.targets.base import Target
 
 DIFFERENTIAL = "differential"
 METAMORPHIC = "metamorphic"
@@ -87,7 +86,7 @@ def all_checks() -> dict[str, Check]:
     import importlib
 
     for name in _MODULES:
-        importlib.import_module(f"harness.checks.{name}")
+        importlib.import_module(f"mmharness.checks.{name}")
     return dict(sorted(CHECKS.items()))
 
 

@@ -4,16 +4,16 @@ from __future__ import annotations
 
 from functools import partial
 
-from harness import reference, tensors
-from harness.checks.common import REFERENCE, plain
-from harness.checks.outcome import Hazard, describe, expect_equal, expect_same, observe
-from harness.checks.registry import DIFFERENTIAL, HAZARD, check
-from harness.model import Case
-from harness.targets.base import ADJUST, COUNT, Target
+from mmharness import reference, tensors
+from mmharness.checks.common import REFERENCE, plain
+from mmharness.checks.outcome import Hazard, describe, expect_equal, expect_same, observe
+from mmharness.checks.registry import DIFFERENTIAL, HAZARD, check
+from mmharness.model import Case
+from mmharness.targets.base import ADJUST, COUNT, Target
 
 
 def _cases(device: str):
-    import strategies as mst
+    from mmharness import strategies as mst
 
     return plain(mst.cases(device=device))
 
@@ -21,8 +21,7 @@ def _cases(device: str):
 def _lengths(min_wanted: int, max_wanted: int):
     def examples(device: str):
         from hypothesis import strategies as st
-
-        import strategies as mst
+        from mmharness import strategies as mst
 
         return st.tuples(
             mst.cases(max_requests=0, device=device),

@@ -1,6 +1,6 @@
-"""atheris entry point for the case parser (``harness.payload.loads``).
+"""atheris entry point for the case parser (``mmharness.payload.loads``).
 
-Run it as ``python -m harness.fuzz.case_parser [libFuzzer flags] [CORPUS_DIR...]``;
+Run it as ``python -m mmharness.fuzz.case_parser [libFuzzer flags] [CORPUS_DIR...]``;
 ``corpus/case-parser`` holds seeds. libFuzzer writes new inputs into the first
 corpus directory, so give it a scratch directory first to keep the seeds clean.
 The format's dictionary (``case.dict``) is added unless ``-dict=`` is given.
@@ -12,7 +12,7 @@ import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from harness.fuzz import Baseline, guarded
+from mmharness.fuzz import Baseline, guarded
 
 PARSER = "case-parser"
 DICTIONARY = Path(__file__).with_name("case.dict")
@@ -23,7 +23,7 @@ _one_input: Callable[[bytes], None] | None = None
 def _bind(baseline: Baseline | None = None) -> Callable[[bytes], None]:
     """Import the parser (instrumented when ``main`` runs) and build the guarded entry point."""
     global _one_input
-    from harness import payload
+    from mmharness import payload
 
     _one_input = guarded(PARSER, payload.loads, payload.PayloadError, baseline=baseline)
     return _one_input
@@ -35,10 +35,10 @@ def TestOneInput(data: bytes) -> None:  # the name atheris expects
 
 
 def main(argv: Sequence[str], *, baseline: Baseline | None = None) -> None:
-    """Fuzz the parser, with coverage from ``harness.payload`` and ``harness.model`` only."""
+    """Fuzz the parser, with coverage from ``mmharness.payload`` and ``mmharness.model`` only."""
     import atheris
 
-    with atheris.instrument_imports(include=["harness.payload", "harness.model"]):
+    with atheris.instrument_imports(include=["mmharness.payload", "mmharness.model"]):
         _bind(baseline)
     args = list(argv)
     if not any(arg.startswith("-dict=") for arg in args):

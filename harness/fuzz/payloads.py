@@ -26,7 +26,7 @@ import math
 from collections.abc import Sequence
 from typing import Any, TypeVar
 
-from harness.fuzz import FINDING_FORMAT
+from mmharness.fuzz import FINDING_FORMAT
 
 MAX_INPUT_BYTES = 1 << 16
 MAX_TENSOR_ELEMENTS = 4096

@@ -1,1 +1,1 @@
-"""Targets: the things checks run against, all behind ``harness.targets.base.Target``."""
+"""Targets: the things checks run against, all behind ``mmharness.targets.base.Target``."""

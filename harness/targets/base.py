@@ -11,8 +11,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
 
-from harness import tensors
-from harness.model import Case, Item
+from mmharness import tensors
+from mmharness.model import Case, Item
 
 if TYPE_CHECKING:
     import torch

@@ -6,7 +6,7 @@ embedding cache and one batched encoder call for the cache misses. Agreeing with
 reference on every well-formed case is what makes it trustworthy; its ``bug`` switch
 seeds one engine-style mistake at the place an engine makes it, which is how the
 harness's own tests prove that its checks catch real divergences
-(see ``harness.targets.mutants``).
+(see ``mmharness.targets.mutants``).
 """
 
 from __future__ import annotations
@@ -18,10 +18,10 @@ from dataclasses import replace
 from itertools import accumulate, pairwise
 from typing import TYPE_CHECKING, Any
 
-from harness import tensors
-from harness.model import Case, CaseError, Item, Request, Span, problems
-from harness.reference import INSUFFICIENT_PREFIX, ONE_GRID_MESSAGE, PARTIAL_PRECOMPUTED_MESSAGE
-from harness.targets.base import ALL_CAPABILITIES, Encoder, FeatureItem, Path
+from mmharness import tensors
+from mmharness.model import Case, CaseError, Item, Request, Span, problems
+from mmharness.reference import INSUFFICIENT_PREFIX, ONE_GRID_MESSAGE, PARTIAL_PRECOMPUTED_MESSAGE
+from mmharness.targets.base import ALL_CAPABILITIES, Encoder, FeatureItem, Path
 
 if TYPE_CHECKING:
     import torch

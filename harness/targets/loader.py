@@ -12,7 +12,7 @@ enters ``sys.modules``, so two releases load side by side in one process, next
 to an installed copy. The same ``__import__`` serves imports inside engine
 functions at call time. A name read from a stub module is a faithful shim when
 the engine package provides one (``Shims.shim_for``), else a recorded ``Stub``
-(``harness.targets.stubs``), loud once the load is over.
+(``mmharness.targets.stubs``), loud once the load is over.
 
 A load may opt in to serving named third-party top-level packages from recorded
 stubs too, when they are not installed (the payload parsers import ``msgspec``,
@@ -46,8 +46,8 @@ from importlib.util import MAGIC_NUMBER
 from pathlib import Path
 from typing import Any, Protocol
 
-from harness.targets.base import TargetError
-from harness.targets.stubs import Record, Stub
+from mmharness.targets.base import TargetError
+from mmharness.targets.stubs import Record, Stub
 
 CodeTransform = Callable[[str, types.CodeType], types.CodeType]
 """``(engine module name, code) -> code`` applied to each engine file before it runs."""
@@ -232,7 +232,7 @@ class Namespace:
     """Serve every third-party package that is not installed from stubs (loud ones, see ``loud``)."""
     transform: CodeTransform | None = None
     loud: bool = True
-    """Whether stubs raise when used after the load (see ``harness.targets.stubs``)."""
+    """Whether stubs raise when used after the load (see ``mmharness.targets.stubs``)."""
 
     def __post_init__(self) -> None:
         self.builtins = dict(vars(builtins))

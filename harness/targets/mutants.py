@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from harness.targets.base import Target, TargetError
-from harness.targets.engine_model import EngineModel
+from mmharness.targets.base import Target, TargetError
+from mmharness.targets.engine_model import EngineModel
 
 
 @dataclass(frozen=True)

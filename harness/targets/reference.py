@@ -5,16 +5,16 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from harness import reference, tensors
-from harness.model import Case, Item, validate
-from harness.targets.base import ALL_CAPABILITIES, Encoder, FeatureItem, Path
+from mmharness import reference, tensors
+from mmharness.model import Case, Item, validate
+from mmharness.targets.base import ALL_CAPABILITIES, Encoder, FeatureItem, Path
 
 if TYPE_CHECKING:
     import torch
 
 
 class ReferenceTarget:
-    """Answers every rule from ``harness.reference``; refuses malformed cases with a ``CaseError``."""
+    """Answers every rule from ``mmharness.reference``; refuses malformed cases with a ``CaseError``."""
 
     name = "reference"
     capabilities = ALL_CAPABILITIES

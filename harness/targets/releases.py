@@ -23,8 +23,8 @@ import tempfile
 import zipfile
 from pathlib import Path
 
-from harness.targets.base import TargetError
-from harness.targets.loader import cache_dir
+from mmharness.targets.base import TargetError
+from mmharness.targets.loader import cache_dir
 
 COMPLETE = "mmharness-release-2.txt"
 """Written last into an unpacked release: its presence means the release is complete.

@@ -1,7 +1,7 @@
 """Target specs -> ``Target`` objects, through a registry of spec forms open to other packages.
 
 Built in: ``reference`` and ``mutant:NAME``. Each engine package
-(``harness.engines.NAME``) contributes its own forms (``sglang``,
+(``mmharness.engines.NAME``) contributes its own forms (``sglang``,
 ``sglang==X``, a path) as ``SPEC_FORMS``; a third-party package adds forms or
 whole targets through the ``mmharness.targets`` entry-point group:
 
@@ -11,7 +11,7 @@ whole targets through the ``mmharness.targets`` entry-point group:
   its spec (``my-engine`` -> ``MyTarget()``).
 
 ``module:attr`` names a target class, factory or instance directly. A target
-implements only the capabilities it declares (``harness.targets.base.METHODS``);
+implements only the capabilities it declares (``mmharness.targets.base.METHODS``);
 a mismatch is refused with the missing methods named.
 """
 
@@ -24,10 +24,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import cache
 
-from harness.targets.base import Target, TargetError, missing_methods
+from mmharness.targets.base import Target, TargetError, missing_methods
 
 ENTRY_POINT_GROUP = "mmharness.targets"
-ENGINES = ("harness.engines.sglang",)
+ENGINES = ("mmharness.engines.sglang",)
 """Engine packages shipped with the harness; each exposes ``SPEC_FORMS``."""
 
 
@@ -45,13 +45,13 @@ class SpecForm:
 
 
 def _reference(spec: str) -> Target:
-    from harness.targets.reference import ReferenceTarget
+    from mmharness.targets.reference import ReferenceTarget
 
     return ReferenceTarget()
 
 
 def _mutant(spec: str) -> Target:
-    from harness.targets.mutants import MUTANTS, mutant
+    from mmharness.targets.mutants import MUTANTS, mutant
 
     name = spec.removeprefix("mutant:")
     if name not in MUTANTS:
@@ -169,7 +169,7 @@ def _instantiate(spec: str, attr: str, obj: object) -> Target:
         lacking = [a for a in ("name", "capabilities", "describe") if not hasattr(target, a)]
         raise TargetError(
             f"target {spec!r}: {attr!r} is not a target: it lacks {', '.join(lacking)}"
-            " (see harness.targets.base.Target)"
+            " (see mmharness.targets.base.Target)"
         )
     missing = missing_methods(target)
     if missing:
@@ -185,7 +185,7 @@ def _looks_like_target(obj: object) -> bool:
 
 def listing() -> list[tuple[str, str]]:
     """Every spec form and mutant with a one-line description, for ``mmharness targets``."""
-    from harness.targets.mutants import MUTANTS
+    from mmharness.targets.mutants import MUTANTS
 
     rows = [(form.pattern, form.description) for form in forms()]
     rows += [(f"mutant:{m.name}", f"[{m.rule}] {m.description}") for m in MUTANTS.values()]

@@ -2,7 +2,7 @@
 
 An engine file loaded by path imports dozens of names from the rest of its
 engine. Those the rules need faithfully get a *shim* from the engine's package
-(``harness.engines.NAME.shims``); every other name gets a ``Stub``. A stub
+(``mmharness.engines.NAME.shims``); every other name gets a ``Stub``. A stub
 survives whatever module-level code does with an imported name, because a file
 must load before anything can be tested. Once the load is over it turns loud:
 using a stub at call time (calling it, reading its attributes, taking its truth
@@ -20,7 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from harness.targets.base import HarnessGap
+from mmharness.targets.base import HarnessGap
 
 
 class StubReached(HarnessGap, AttributeError):

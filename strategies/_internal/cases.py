@@ -14,13 +14,17 @@ from itertools import product
 from hypothesis import strategies as st
 from hypothesis.errors import InvalidArgument
 from hypothesis.strategies import DrawFn, SearchStrategy
-
-from harness.model import DEVICES, DTYPES, NDIMS, Case, Request
-from strategies._internal.choices import integer
-from strategies._internal.coverage import COVERAGES, draw_coverage, min_items_for
-from strategies._internal.items import HashPool
-from strategies._internal.requests import RequestDraft, RequestShape, check_shape, draw_request_draft
-from strategies._internal.validation import (
+from mmharness.model import DEVICES, DTYPES, NDIMS, Case, Request
+from mmharness.strategies._internal.choices import integer
+from mmharness.strategies._internal.coverage import COVERAGES, draw_coverage, min_items_for
+from mmharness.strategies._internal.items import HashPool
+from mmharness.strategies._internal.requests import (
+    RequestDraft,
+    RequestShape,
+    check_shape,
+    draw_request_draft,
+)
+from mmharness.strategies._internal.validation import (
     check_bool,
     check_choice,
     check_int,

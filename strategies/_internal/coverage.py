@@ -12,8 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from hypothesis.strategies import DrawFn
-
-from strategies._internal.choices import integer
+from mmharness.strategies._internal.choices import integer
 
 COVERAGES = ("any", "all", "none", "partial")
 """``coverage=`` values: "partial" means some but not all items of the case are precomputed."""

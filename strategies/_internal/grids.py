@@ -13,14 +13,13 @@ from collections.abc import Sequence
 from hypothesis import strategies as st
 from hypothesis.errors import InvalidArgument
 from hypothesis.strategies import DrawFn, SearchStrategy
-
-from harness.model import DTYPES, GRID_KEYS, NDIMS, Case, GridRow, Item, Request
-from strategies._internal.cases import Format, check_format
-from strategies._internal.choices import integer, pick
-from strategies._internal.items import HASH_BASE_LIMIT
-from strategies._internal.requests import draw_window, window_points
-from strategies._internal.spans import GAP_FAVOURED, place_spans
-from strategies._internal.validation import check_int, check_order
+from mmharness.model import DTYPES, GRID_KEYS, NDIMS, Case, GridRow, Item, Request
+from mmharness.strategies._internal.cases import Format, check_format
+from mmharness.strategies._internal.choices import integer, pick
+from mmharness.strategies._internal.items import HASH_BASE_LIMIT
+from mmharness.strategies._internal.requests import draw_window, window_points
+from mmharness.strategies._internal.spans import GAP_FAVOURED, place_spans
+from mmharness.strategies._internal.validation import check_int, check_order
 
 
 def _draw_rows(draw: DrawFn, count: int, max_dim: int) -> tuple[GridRow, ...]:

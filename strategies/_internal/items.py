@@ -19,10 +19,9 @@ from __future__ import annotations
 from typing import NamedTuple
 
 from hypothesis.strategies import DrawFn
-
-from harness.model import Span
-from strategies._internal.choices import Tape, index, integer
-from strategies._internal.spans import place_spans
+from mmharness.model import Span
+from mmharness.strategies._internal.choices import Tape, index, integer
+from mmharness.strategies._internal.spans import place_spans
 
 HASH_BASE_LIMIT = 1000
 """Fresh hashes are ``base + k`` with ``base`` drawn once per batch: small, distinct, cheap."""

@@ -3,7 +3,7 @@
 Starting from a valid case and breaking one thing keeps the rest realistic, so
 a target that silently accepts the bad field is caught producing a wrong
 tensor rather than tripping over something unrelated. Each kind breaks one
-rule of ``harness.model.problems`` and only that rule; the first ``CaseError``
+rule of ``mmharness.model.problems`` and only that rule; the first ``CaseError``
 names the broken field.
 """
 
@@ -15,13 +15,12 @@ from dataclasses import replace
 from hypothesis import strategies as st
 from hypothesis.errors import InvalidArgument
 from hypothesis.strategies import DrawFn, SearchStrategy
-
-from harness.model import DTYPES, NDIMS, Case, Item, Request
-from strategies._internal.cases import Format, build_requests, check_format
-from strategies._internal.choices import integer
-from strategies._internal.items import HashPool
-from strategies._internal.requests import RequestShape, check_shape, draw_request_draft
-from strategies._internal.validation import check_int, check_subset
+from mmharness.model import DTYPES, NDIMS, Case, Item, Request
+from mmharness.strategies._internal.cases import Format, build_requests, check_format
+from mmharness.strategies._internal.choices import integer
+from mmharness.strategies._internal.items import HashPool
+from mmharness.strategies._internal.requests import RequestShape, check_shape, draw_request_draft
+from mmharness.strategies._internal.validation import check_int, check_subset
 
 MALFORMED_KINDS = (
     "unsorted",

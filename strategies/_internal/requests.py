@@ -15,13 +15,12 @@ from dataclasses import dataclass
 from hypothesis import strategies as st
 from hypothesis.errors import InvalidArgument
 from hypothesis.strategies import DrawFn, SearchStrategy
-
-from harness.model import Item, Request, Span
-from strategies._internal.choices import Tape, draw_tape, integer, pick, width
-from strategies._internal.coverage import COVERAGES, draw_coverage, min_items_for
-from strategies._internal.items import HASH_BASE_LIMIT, HashPool, ItemDraft, draw_items
-from strategies._internal.spans import GAP_FAVOURED
-from strategies._internal.validation import check_bool, check_choice, check_int, check_order
+from mmharness.model import Item, Request, Span
+from mmharness.strategies._internal.choices import Tape, draw_tape, integer, pick, width
+from mmharness.strategies._internal.coverage import COVERAGES, draw_coverage, min_items_for
+from mmharness.strategies._internal.items import HASH_BASE_LIMIT, HashPool, ItemDraft, draw_items
+from mmharness.strategies._internal.spans import GAP_FAVOURED
+from mmharness.strategies._internal.validation import check_bool, check_choice, check_int, check_order
 
 MAX_TAPE = 512
 """Bytes per request at most, so huge shapes stay within Hypothesis's per-example size limit

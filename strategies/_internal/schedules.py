@@ -13,9 +13,8 @@ from collections.abc import Sequence
 from hypothesis import strategies as st
 from hypothesis.errors import InvalidArgument
 from hypothesis.strategies import DrawFn, SearchStrategy
-
-from strategies._internal.choices import pick
-from strategies._internal.validation import check_int
+from mmharness.strategies._internal.choices import pick
+from mmharness.strategies._internal.validation import check_int
 
 
 @st.composite

@@ -14,10 +14,9 @@ from collections.abc import Sequence
 from hypothesis import strategies as st
 from hypothesis.errors import InvalidArgument
 from hypothesis.strategies import DrawFn, SearchStrategy
-
-from harness.model import Span
-from strategies._internal.choices import Biased, Tape, integer, pick, pick_pair
-from strategies._internal.validation import check_int, check_order
+from mmharness.model import Span
+from mmharness.strategies._internal.choices import Biased, Tape, integer, pick, pick_pair
+from mmharness.strategies._internal.validation import check_int, check_order
 
 GAP_FAVOURED = (0, 0, 1)
 """Adjacent spans twice as often as a one-token gap; both are where bugs are."""

@@ -4,38 +4,38 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from harness.targets.specs import SpecForm
+from mmharness.targets.specs import SpecForm
 
 RELEASE = "sglang=="
 FUZZ_TARGETS = {
-    "sglang-image-data": "harness.engines.sglang.fuzz",
-    "sglang-mm-data": "harness.engines.sglang.fuzz",
-    "sglang-mm-items": "harness.engines.sglang.fuzz",
+    "sglang-image-data": "mmharness.engines.sglang.fuzz",
+    "sglang-mm-data": "mmharness.engines.sglang.fuzz",
+    "sglang-mm-items": "mmharness.engines.sglang.fuzz",
 }
 """Fuzz target name -> the module holding its entry point."""
 
 
 def _installed(spec: str):
-    from harness.engines.sglang import adapter
+    from mmharness.engines.sglang import adapter
 
     return adapter.installed()
 
 
 def _release(spec: str):
-    from harness.engines.sglang import adapter
+    from mmharness.engines.sglang import adapter
 
     return adapter.from_release(spec.removeprefix(RELEASE))
 
 
 def _path(spec: str):
-    from harness.engines.sglang import adapter
+    from mmharness.engines.sglang import adapter
 
     return adapter.from_path(spec)
 
 
 def _claims(spec: str) -> bool:
     """A path to an SGLang package (or a checkout holding one), or one of its rules files."""
-    from harness.engines.sglang.layout import RULES
+    from mmharness.engines.sglang.layout import RULES
 
     given = Path(spec).expanduser()
     if given.is_file():

@@ -1,7 +1,7 @@
 """``SGLangTarget``: the Target protocol over one SGLang release, fork or installed package.
 
 The adapter finds what a release has rather than assuming it: which module holds
-the rules, which form each function takes (``harness.engines.sglang.forms``:
+the rules, which form each function takes (``mmharness.engines.sglang.forms``:
 ``_get_precomputed_embedding`` took one argument and ignored the window in
 0.4.x; ``_adjust_embedding_length`` took a mask before it took a count;
 ``_get_chunked_prefill_embedding`` gained ``input_ids``), whether a per-request
@@ -29,12 +29,12 @@ from itertools import accumulate
 from types import ModuleType, SimpleNamespace
 from typing import TYPE_CHECKING, Any
 
-from harness import tensors
-from harness.engines.sglang import forms, items, layout, shims
-from harness.engines.sglang.forms import Found
-from harness.model import Case, Item
-from harness.targets import base, loader
-from harness.targets.base import Encoder, FeatureItem, HarnessGap, Path, TargetError
+from mmharness import tensors
+from mmharness.engines.sglang import forms, items, layout, shims
+from mmharness.engines.sglang.forms import Found
+from mmharness.model import Case, Item
+from mmharness.targets import base, loader
+from mmharness.targets.base import Encoder, FeatureItem, HarnessGap, Path, TargetError
 
 if TYPE_CHECKING:
     import torch
@@ -531,7 +531,7 @@ def from_path(path: str, *, name: str | None = None, release: str | None = None)
 
 def fetch(version: str) -> Any:
     """The unpacked release ``version`` (downloaded once into the cache)."""
-    from harness.targets import releases
+    from mmharness.targets import releases
 
     return releases.fetch(layout.PACKAGE, version, layout.RELEASE_MEMBERS, example="0.5.23")
 

@@ -54,17 +54,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from harness.engines.sglang import layout, shims
-from harness.engines.sglang.parsers import Parsers
-from harness.fuzz import (
+from mmharness.engines.sglang import layout, shims
+from mmharness.engines.sglang.parsers import Parsers
+from mmharness.fuzz import (
     Baseline,
     ErrorPolicy,
     SilentAcceptance,
     guarded,
     raised_deliberately,
 )
-from harness.fuzz.payloads import Draw, OutsideLimits, decode_json, materialise
-from harness.targets.base import TargetError
+from mmharness.fuzz.payloads import Draw, OutsideLimits, decode_json, materialise
+from mmharness.targets.base import TargetError
 
 DEFAULT_TARGET = "sglang==0.5.23"
 IMAGE_DATA = "sglang-image-data"
@@ -554,7 +554,7 @@ def dictionary(parsers: Parsers) -> str:
 
 def describe(parser: str, target: str) -> dict[str, Any]:
     """What ``mmharness fuzz PARSER --describe`` shows: the loaded parsers and the function fuzzed."""
-    from harness.engines.sglang import parsers as parser_targets
+    from mmharness.engines.sglang import parsers as parser_targets
 
     loaded = parser_targets.resolve(target)
     TARGETS[parser].runner(loaded)
@@ -572,8 +572,7 @@ def main(
 ) -> None:
     """Fuzz one engine parser; coverage comes from the parser files only (instrumented as loaded)."""
     import atheris
-
-    from harness.engines.sglang import parsers as parser_targets
+    from mmharness.engines.sglang import parsers as parser_targets
 
     loaded = parser_targets.resolve(target, transform=lambda name, code: atheris.patch_code(code, True))
     test_one_input = entry(parser, loaded, strict=strict, baseline=baseline)

@@ -5,12 +5,12 @@ The rules moved once: 0.4.6 to 0.5.17 keep them in ``srt/managers/mm_utils.py``;
 splitter). The embedding cache is ``srt/mem_cache/multimodal_cache.py``, the
 one-grid model is ``srt/models/kimi_k3.py`` (0.5.17 on). ``schedule_batch.py``
 is never executed, only read: the fields of its ``MultimodalDataItem``
-(``harness.engines.sglang.items``).
+(``mmharness.engines.sglang.items``).
 """
 
 from __future__ import annotations
 
-from harness.targets.loader import Layout
+from mmharness.targets.loader import Layout
 
 PACKAGE = "sglang"
 RULES_MODULES = ("sglang.srt.managers.mm_schedule", "sglang.srt.managers.mm_utils")

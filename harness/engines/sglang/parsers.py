@@ -27,10 +27,10 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from harness.engines.sglang import adapter, layout
-from harness.engines.sglang.layout import PROCESSOR_MODULE, REQUEST_MODULE
-from harness.targets import loader
-from harness.targets.base import TargetError
+from mmharness.engines.sglang import adapter, layout
+from mmharness.engines.sglang.layout import PROCESSOR_MODULE, REQUEST_MODULE
+from mmharness.targets import loader
+from mmharness.targets.base import TargetError
 
 REQUEST_CLASS = "GenerateReqInput"
 PROCESSOR_CLASS = "BaseMultimodalProcessor"

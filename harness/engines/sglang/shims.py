@@ -5,7 +5,7 @@ data item type, runtime context, platform probes, loggers, GPU kernels). The
 loader serves each such import from a stub module: a handful of names get a
 *faithful shim* written here from how the rules use them (never copied from
 SGLang), and every other name gets a recorded ``Stub`` that turns loud once the
-files have loaded (``harness.targets.stubs``), so ``describe()`` shows what was
+files have loaded (``mmharness.targets.stubs``), so ``describe()`` shows what was
 faked and a run that needs more says so.
 
 torch is imported only inside functions: importing this module must stay cheap.
@@ -20,9 +20,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from harness.engines.sglang.items import ItemSchema
-from harness.targets.base import HarnessGap
-from harness.targets.stubs import Record, Stub
+from mmharness.engines.sglang.items import ItemSchema
+from mmharness.targets.base import HarnessGap
+from mmharness.targets.stubs import Record, Stub
 
 ENGINE_LOGGER = "mmharness.engine"
 """Where the engine's own warnings go; silent unless a user attaches a handler."""
