@@ -1,6 +1,6 @@
 """R6 on a real GPU: CPU and CUDA agree bit for bit (skipped where no CUDA device is visible).
 
-Run with ``tox -e gpu`` or ``pytest -m cuda tests/test_cuda.py`` on a machine with a GPU.
+Run with ``tox -e gpu`` or ``pytest -m mm_cuda tests/test_cuda.py`` on a machine with a GPU.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from mmharness.runner import PASSED, run_check
 from mmharness.targets.engine_model import EngineModel
 from mmharness.targets.reference import ReferenceTarget
 
-pytestmark = pytest.mark.cuda
+pytestmark = pytest.mark.mm_cuda
 
 CHECKS = all_checks()
 

@@ -1,0 +1,79 @@
+"""The pytest plugin: it runs the checks when asked, from any directory, and otherwise stays out of the way.
+
+Every test starts pytest in a fresh directory outside the repository, as a user
+of the installed package would.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+
+def pytest_in(directory: Path, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", *args],
+        cwd=directory,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+
+
+def test_the_checks_run_from_any_directory(tmp_path):
+    run = pytest_in(tmp_path, "--mm-target", "reference", "-q", "-rs")
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert "20 passed, 1 skipped" in run.stdout  # the CUDA check skips on a CPU host
+
+
+def test_a_failing_check_reports_its_saved_case_and_replay_line_under_xdist(tmp_path):
+    target = "mutant:chunk_start_off_by_one"
+    run = pytest_in(tmp_path, "-n", "2", "--mm-target", target, "--mm-checks", "chunk.matches_reference")
+    assert run.returncode == 1, run.stdout + run.stderr
+    saved = sorted((tmp_path / "findings").glob("chunk.matches_reference-*.json"))
+    assert saved
+    assert f"reproduce with: mmharness replay findings/{saved[0].name} --target {target}" in run.stdout
+    assert "signature: requests[...] chunk[...]" in run.stdout
+
+
+def test_a_bad_target_is_one_usage_error_under_xdist(tmp_path):
+    run = pytest_in(tmp_path, "-n", "2", "--mm-target", "nonsense")
+    assert run.returncode == pytest.ExitCode.USAGE_ERROR
+    assert "--mm-target nonsense: unknown target 'nonsense'" in run.stderr
+    assert "node down" not in run.stdout + run.stderr
+
+
+OWN_SUITE = '''
+import pytest
+from hypothesis import given, settings, strategies as st
+from hypothesis.database import DirectoryBasedExampleDatabase
+
+settings.register_profile("mine", max_examples=7, database=DirectoryBasedExampleDatabase(".mine-db"))
+settings.load_profile("mine")
+
+
+@given(st.integers())
+def test_my_property(n):
+    current = settings()
+    assert current.max_examples == 7 and not current.derandomize
+    assert isinstance(current.database, DirectoryBasedExampleDatabase)
+
+
+@pytest.mark.cuda
+def test_a_marker_of_my_own():
+    pass
+'''
+
+
+def test_an_unrelated_suite_keeps_its_hypothesis_profile_and_its_markers(tmp_path):
+    (tmp_path / "test_mine.py").write_text(textwrap.dedent(OWN_SUITE))
+    run = pytest_in(tmp_path, "-q")
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert "2 passed" in run.stdout, "no check was added, the user's cuda marker is not ours to act on"
+    both = pytest_in(tmp_path, "-q", "--mm-target", "reference", "--mm-checks", "count", "test_mine.py")
+    assert both.returncode == 0, both.stdout + both.stderr
+    assert "3 passed" in both.stdout, "with a path given, the user's tests run beside the checks"
