@@ -91,7 +91,7 @@ class Document(NamedTuple):
 
     case: Case
     provenance: dict[str, str]
-    params: dict[str, int | list[int]]
+    params: dict[str, Any]
 
 
 # Reading ----------------------------------------------------------------------
@@ -163,7 +163,7 @@ def dump(
     rule: str | None = None,
     target: str | None = None,
     note: str | None = None,
-    params: dict[str, int | list[int]] | None = None,
+    params: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """The case as a JSON-ready document, with any provenance given (``None`` is left out).
 
@@ -519,15 +519,18 @@ def _choice(value: object, path: str, key: str, choices: tuple[Any, ...]) -> Any
     raise PayloadError(_at(path, key), f"expected one of {allowed}, got {_show(value)}")
 
 
-def _params(value: object) -> dict[str, int | list[int]]:
-    """A check's extra draws (a schedule, a permutation, a row count): ints or int arrays."""
+def _params(value: object) -> dict[str, Any]:
+    """A check's extra draws: ints or int arrays (a schedule, a permutation, a row count), or steps."""
     if type(value) is not dict:
         raise PayloadError("params", f"expected an object, got {_kind(value)}")
     if len(value) > MAX_PARAMS:
         raise PayloadError("params", f"{len(value)} keys, more than the limit {MAX_PARAMS}")
-    params: dict[str, int | list[int]] = {}
+    params: dict[str, Any] = {}
     for key, entry in value.items():
-        if type(entry) is list:
+        if key == "steps":
+            steps = _array(entry, "params", key, MAX_STEPS)
+            params[key] = [_step(step, f"params.steps[{k}]") for k, step in enumerate(steps)]
+        elif type(entry) is list:
             numbers = _array(entry, "params", key, MAX_SEQ_LEN)
             params[key] = [
                 _int(n, "params", f"{key}[{k}]", -MAX_SEQ_LEN, MAX_SEQ_LEN)
@@ -536,6 +539,35 @@ def _params(value: object) -> dict[str, int | list[int]]:
         else:
             params[key] = _int(entry, "params", key, -MAX_SEQ_LEN, MAX_SEQ_LEN)
     return params
+
+
+MAX_STEPS = 64
+STEP_TEXT = ("op", "path", "form", "size")
+STEP_INTS = ("request", "length")
+STEP_LISTS = ("requests", "lengths")
+
+
+def _step(value: object, path: str) -> dict[str, Any]:
+    """One step of a multi-step program (``mmharness.steps``): its shape here, its meaning there."""
+    if type(value) is not dict:
+        raise PayloadError(path, f"expected an object, got {_kind(value)}")
+    step: dict[str, Any] = {}
+    for key, entry in value.items():
+        if key in STEP_TEXT:
+            step[key] = _text(entry, path, key)
+        elif key in STEP_INTS:
+            step[key] = _int(entry, path, key, 0, MAX_SEQ_LEN)
+        elif key in STEP_LISTS:
+            numbers = _array(entry, path, key, MAX_REQUESTS)
+            step[key] = [_int(n, path, f"{key}[{k}]", 0, MAX_SEQ_LEN) for k, n in enumerate(numbers)]
+        elif key == "scribble":
+            step[key] = _bool(entry, path, key)
+        else:
+            known = ", ".join((*STEP_TEXT, *STEP_INTS, *STEP_LISTS, "scribble"))
+            raise PayloadError(_at(path, key), f"unknown key; a step has {known}")
+    if "op" not in step:
+        raise PayloadError(path, "a step needs an op")
+    return step
 
 
 def _text(value: object, path: str, key: str) -> str:

@@ -9,6 +9,7 @@ from mmharness.strategies._internal.cases import cases
 from mmharness.strategies._internal.coverage import COVERAGES
 from mmharness.strategies._internal.grids import grid_cases, grid_items, grids
 from mmharness.strategies._internal.malformed import MALFORMED_KINDS, malformed_cases
+from mmharness.strategies._internal.programs import prefill_programs
 from mmharness.strategies._internal.requests import requests
 from mmharness.strategies._internal.schedules import schedules
 from mmharness.strategies._internal.spans import spans
@@ -21,6 +22,7 @@ __all__ = [
     "grid_items",
     "grids",
     "malformed_cases",
+    "prefill_programs",
     "requests",
     "schedules",
     "spans",

@@ -197,3 +197,21 @@ def test_matrix_json_becomes_an_atlas(capsys, tmp_path):
     (tmp_path / "not-a-matrix.json").write_text("[1, 2]")
     code, _, err = run(capsys, "atlas", str(tmp_path / "not-a-matrix.json"))
     assert code == 2 and "not written by `mmharness matrix --json`" in err
+
+
+def test_a_failing_program_is_saved_with_its_steps_and_replays(capsys, tmp_path):
+    target = "mutant:resume_from_last_chunk"
+    args = ["check", "--target", target, "--checks", "prefill.stateful", "--findings", str(tmp_path)]
+    code, out, _ = run(capsys, *args)
+    assert code == 1 and '"steps": [' in out
+    for path in sorted(tmp_path.glob("prefill.stateful-*.json")):
+        document = json.loads(path.read_text())
+        assert document["params"]["steps"][0]["op"] in ("prefill", "skip", "cache")
+        divergence = document["note"].startswith("divergence")
+        assert run(capsys, "replay", str(path))[0] == (1 if divergence else 0)
+        assert run(capsys, "replay", str(path), "--target", "reference")[0] == 0
+    bad = tmp_path / "bad.json"
+    document["params"]["steps"] = [{"op": "prefill", "requests": [9], "lengths": [1]}]
+    bad.write_text(json.dumps(document))
+    code, _, err = run(capsys, "replay", str(bad))
+    assert code == 2 and "params.steps[0]: requests" in err

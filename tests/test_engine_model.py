@@ -20,6 +20,7 @@ from typing import Any
 import pytest
 import torch
 from mmharness import reference, tensors
+from mmharness.checks.stateful import BufferReusingEncoder
 from mmharness.model import Case, CaseError, Item, Request
 from mmharness.targets import engine_model
 from mmharness.targets.base import ALL_CAPABILITIES, Encoder, FeatureItem, Target, TargetError
@@ -119,6 +120,30 @@ def prefill(
             for case, encoder in zip(cases, encoders, strict=True)
         ]
         return results, sorted(encoders[0].encoded)
+
+    return run
+
+
+def across_steps(*cases: Case, scribble: bool = False) -> Witness:
+    """Each case in turn on one warm cache: every result, and whether a later step re-encoded.
+
+    ``scribble``: each step's encoder overwrites its output buffers afterwards. A
+    target without a cache (the reference) holds nothing, so it never re-encodes.
+    """
+
+    def run(t: Target) -> tuple[list[Any], bool]:
+        cache = t.new_cache(HUGE)
+        results, encoded = [], []
+        for case in cases:
+            encoder = BufferReusingEncoder(case, "tensor")
+            rows = t.chunked_prefill_embedding(case, encoder, cache=cache)
+            results.append(None if rows is None else rows.clone())
+            encoded.append(set(encoder.encoded))
+            if scribble:
+                encoder.scribble()
+        earlier = [set().union(*encoded[:k]) for k in range(len(encoded))]
+        again = cache is not None and any(later & seen for later, seen in zip(encoded, earlier, strict=True))
+        return results, again
 
     return run
 
@@ -400,6 +425,15 @@ WITNESSES: dict[str, Witness] = {
     ),
     "prefill_reads_back_from_cache": prefill(batch(request(4, 0, 4, item((0, 1)))), cache_size=1),
     "prefill_overlap_by_extent": prefill(batch(request(12, 5, 2, item((2, 3), (8, 9))))),
+    "cache_keeps_encoder_view": across_steps(
+        batch(request(6, 0, 6, item((0, 5)))), batch(request(6, 0, 6, item((0, 5)))), scribble=True
+    ),
+    "warm_hit_always_misses": across_steps(
+        batch(request(6, 0, 6, item((0, 5)))), batch(request(6, 0, 6, item((0, 5))))
+    ),
+    "resume_from_last_chunk": across_steps(
+        batch(request(6, 0, 2, item((0, 5)))), batch(request(6, 4, 2, item((0, 5))))
+    ),
     # R3e
     "mask_first_placeholder_only": embed_mask(
         batch(request(5, 0, 5, item((0, 1)), item((3, 4), h=2)))

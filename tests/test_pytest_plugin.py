@@ -25,9 +25,11 @@ def pytest_in(directory: Path, *args: str) -> subprocess.CompletedProcess:
 
 
 def test_the_checks_run_from_any_directory(tmp_path):
+    from mmharness.checks import all_checks
+
     run = pytest_in(tmp_path, "--mm-target", "reference", "-q", "-rs")
     assert run.returncode == 0, run.stdout + run.stderr
-    assert "20 passed, 1 skipped" in run.stdout  # the CUDA check skips on a CPU host
+    assert f"{len(all_checks()) - 1} passed, 1 skipped" in run.stdout  # the CUDA check skips on a CPU host
 
 
 def test_a_failing_check_reports_its_saved_case_and_replay_line_under_xdist(tmp_path):

@@ -41,6 +41,7 @@ WITNESSES = {
     "prefill.path_independent": "mutant:prefill_per_request_off_by_one",
     "prefill.permutation": "mutant:prefill_request_order",
     "prefill.schedule_concat": "mutant:prefill_cache_warmth",
+    "prefill.stateful": "mutant:resume_from_last_chunk",
 }
 
 
@@ -90,3 +91,12 @@ def test_a_flaky_target_is_a_failure_not_a_crash():
     result = run_check(CHECKS["count.matches_reference"], _Flaky(), profile="ci")
     assert result.status == DIVERGENCE
     assert result.reason.startswith("the check could not finish: Flaky")
+
+
+@pytest.mark.parametrize("name", ["cache_keeps_encoder_view", "warm_hit_always_misses"])
+def test_multi_step_mutants_only_the_stateful_check_sees(name):
+    assert kill(name).killed_by == ("prefill.stateful",)
+
+
+def test_the_stateful_check_kills_a_resume_bug():
+    assert "prefill.stateful" in kill("resume_from_last_chunk").killed_by

@@ -108,6 +108,12 @@ def params_problem(check: Check, case: Case, params: dict) -> str | None:
         seq_len = case.requests[0].seq_len if case.requests else None
         if seq_len is None or any(n < 1 for n in schedule) or sum(schedule) != seq_len:
             return f"params.schedule must be positive chunk lengths summing to seq_len {seq_len}"
+    if "steps" in params:
+        from mmharness import steps
+
+        wrong = steps.problem(case, params["steps"])
+        if wrong:
+            return wrong
     for key in ("rows", "wanted"):
         if key in params and not 0 <= params[key] <= MAX_PARAM_ROWS:
             return f"params.{key} must be in [0, {MAX_PARAM_ROWS}]"

@@ -45,7 +45,7 @@ class Check:
 
 
 CHECKS: dict[str, Check] = {}
-_MODULES = ("chunk", "precomputed", "prefill", "embed_mask", "tokens", "grids", "devices")
+_MODULES = ("chunk", "precomputed", "prefill", "stateful", "embed_mask", "tokens", "grids", "devices")
 
 
 def check(

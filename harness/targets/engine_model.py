@@ -65,6 +65,7 @@ class EmbeddingCache:
         self.max_size = max_size
         self.size = 0
         self._entries: OrderedDict[Hashable, torch.Tensor] = OrderedDict()
+        self._notes: dict[Hashable, int] = {}
 
     def __contains__(self, key: Hashable) -> bool:
         return key in self._entries
@@ -77,6 +78,16 @@ class EmbeddingCache:
         if entry is not None:
             self._entries.move_to_end(key)
         return entry
+
+    def note(self, key: Hashable) -> int | None:
+        """Engine bookkeeping kept beside the entries (no bytes counted)."""
+        return self._notes.get(key)
+
+    def remember(self, key: Hashable, value: int | None) -> None:
+        if value is None:
+            self._notes.pop(key, None)
+        else:
+            self._notes[key] = value
 
     def put(self, key: Hashable, tensor: torch.Tensor) -> bool:
         """Store ``tensor``, evicting least-recently-used entries; False if it cannot fit."""
@@ -271,7 +282,7 @@ class EngineModel:
     def _cached(self, cache: EmbeddingCache, item: Item) -> torch.Tensor | None:
         """A cache hit only if it has the item's row count (equal hashes may differ in length)."""
         block = cache.get(item.hash)
-        if block is None:
+        if block is None or self.bug == "warm_hit_always_misses":
             return None
         if block.shape[0] != item.token_count and self.bug != "prefill_cache_ignores_row_count":
             return None
@@ -300,7 +311,8 @@ class EngineModel:
         if misses:
             for item, block in zip(misses, self._blocks(encoder(misses), misses), strict=True):
                 found[self._key(item)] = block
-                cache.put(item.hash, block)
+                # An entry owns its storage: the encoder may reuse its output buffer next step.
+                cache.put(item.hash, block if self.bug == "cache_keeps_encoder_view" else block.clone())
         return len(misses)
 
     def _blocks(
@@ -325,10 +337,25 @@ class EngineModel:
         block = found[self._key(item)]
         if self.bug == "prefill_reads_back_from_cache" and item.hash not in cache:
             return block[:0]
-        rows = _rows(block, *self._bounds(self._spans([item]), req.prefix_len, req.extend_len))
+        start, end = self._bounds(self._spans([item]), req.prefix_len, req.extend_len)
+        if self.bug == "resume_from_last_chunk":
+            start, end = self._resumed(item, cache, start, end)
+        rows = _rows(block, start, end)
         if self.bug == "prefill_cache_warmth":
             return self._earlier_chunk(item, rows, cache)
         return rows
+
+    def _resumed(self, item: Item, cache: EmbeddingCache, start: int, end: int) -> tuple[int, int]:
+        """The seeded bug: an unfinished item's next rows start where its last chunk ended.
+
+        Right for contiguous chunks of one request; wrong after a prefix-cache skip,
+        or when two requests holding the item are at different points.
+        """
+        cursor = cache.note(item.hash)
+        if cursor is not None:
+            start, end = cursor, cursor + (end - start)
+        cache.remember(item.hash, None if end >= item.token_count else end)
+        return start, end
 
     def _earlier_chunk(self, item: Item, rows: torch.Tensor, cache: EmbeddingCache) -> torch.Tensor:
         """The seeded bug: the cache keeps an item's first window chunk and serves it ever after."""

@@ -103,6 +103,21 @@ _MUTANTS = (
         "a window between a video's spans counts as overlap",
         hazard=True,
     ),
+    # R3 across steps (seen only by a multi-step program on one cache)
+    Mutant(
+        "cache_keeps_encoder_view",
+        "R3",
+        "cached entries are views of the encoder's output: a reused buffer corrupts later hits",
+        hazard=True,
+    ),
+    Mutant(
+        "warm_hit_always_misses", "R3", "a warm cache hit is never used: re-encoded each step", hazard=True
+    ),
+    Mutant(
+        "resume_from_last_chunk",
+        "R3",
+        "an unfinished item resumes where its last chunk ended, not at the window",
+    ),
     # R3e end to end
     Mutant("mask_first_placeholder_only", "R3e", "the mask uses only the first placeholder id"),
     Mutant("mask_marks_text", "R3e", "the mask marks the text tokens instead of the placeholders"),

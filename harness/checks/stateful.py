@@ -1,0 +1,159 @@
+"""R3 across steps: one engine instance and one embedding cache through a whole prefill program.
+
+Single-step checks give every call a fresh cache; this one keeps what an engine
+keeps between scheduler steps. A program (``mmharness.steps``) interleaves
+chunks of several requests, prefix-cache skips, cache replacements (a shrink,
+an eviction of everything), switches of path and encoder form, and encoders
+that reuse their output buffers. After every step:
+
+- the rows are the reference's for that step's windows (a divergence
+  otherwise: wrong rows, another request's rows, a crash);
+- a cached entry does not change when the encoder overwrites its output buffer
+  after the step (a hazard: the cache kept a view of the encoder's output);
+- a warm cache with room does not re-encode an item it holds (a hazard:
+  encoder work not needed; items outside a window are ``prefill.encoder_calls``'s).
+
+A divergence is reported before any hazard of the same program. A failing
+program is saved with its steps and replays like any other case.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from functools import partial
+from typing import Any
+
+from mmharness import steps as program
+from mmharness.checks.common import REFERENCE, collisions_are_hazards
+from mmharness.checks.outcome import Failure, Hazard, observe
+from mmharness.checks.prefill import UNLIMITED, same
+from mmharness.checks.registry import DIFFERENTIAL, check
+from mmharness.model import Case
+from mmharness.targets.base import PER_REQUEST_PATH, PREFILL, Encoder, Target
+
+SCRIBBLE = 512.0
+"""What a reused encoder buffer is overwritten with: exact in every dtype, and no item row holds it."""
+
+
+def _programs(device: str):
+    from mmharness import strategies as mst
+
+    cases = mst.cases(min_requests=1, max_requests=3, min_items_total=1, collisions=True, device=device)
+    return cases.flatmap(lambda case: mst.prefill_programs(case).map(lambda steps: (case, {"steps": steps})))
+
+
+class BufferReusingEncoder(Encoder):
+    """The harness's encoder, keeping what it returned so a step can overwrite it afterwards."""
+
+    def __init__(self, case: Case, form: str) -> None:
+        super().__init__(case, form)
+        self.outputs: list[Any] = []
+
+    def __call__(self, items):
+        output = super().__call__(items)
+        self.outputs.extend(output if isinstance(output, list) else [output])
+        return output
+
+    def scribble(self) -> None:
+        for tensor in self.outputs:
+            tensor.fill_(SCRIBBLE)
+
+
+@dataclass
+class Machine:
+    """One engine, one cache, and a program's progress through the case's requests."""
+
+    target: Target
+    case: Case
+    cache: Any = None
+    warm: bool = True
+    held: set[tuple[int, int]] = field(default_factory=set)
+    hazards: list[Hazard] = field(default_factory=list)
+    progress: list[int] = field(default_factory=list)
+    colliding: set[int] = field(default_factory=set)
+    """Hashes the case gives two token counts: re-encoding those is the cache doing its job."""
+
+    def __post_init__(self) -> None:
+        self.cache = self.target.new_cache(UNLIMITED)
+        self.progress = [0] * len(self.case.requests)
+        keys = [(item.hash, item.token_count) for _, _, item in self.case.items()]
+        self.colliding = {h for h, n in keys if any(h == other and n != m for other, m in keys)}
+
+    def run(self, k: int, step: dict) -> None:
+        if step["op"] == program.CACHE:
+            self.cache = self.target.new_cache(self._size(step["size"]))
+            self.warm = step["size"] == "unlimited"
+            self.held.clear()
+        elif step["op"] == program.PREFILL:
+            self._prefill(k, step)
+        self.progress = program.advance(self.case, self.progress, step)
+
+    def _size(self, name: str) -> int:
+        row = (4 if self.case.dtype == "float32" else 2) * self.case.hidden
+        rows = sum(item.token_count for _, _, item in self.case.items())
+        return {"unlimited": UNLIMITED, "half": rows * row // 2, "tiny": 2 * row, "zero": 0}[name]
+
+    def _prefill(self, k: int, step: dict) -> None:
+        batch = program.window_case(self.case, self.progress, step["requests"], step["lengths"])
+        path = step.get("path", "batched")
+        if PER_REQUEST_PATH not in self.target.capabilities:
+            path = "batched"
+        encoder = BufferReusingEncoder(batch, step.get("form", "tensor"))
+        call = partial(self.target.chunked_prefill_embedding, batch, encoder, cache=self.cache, path=path)
+        actual = observe(call)
+        expected = observe(partial(REFERENCE.chunked_prefill_embedding, batch, Encoder(batch)))
+        what = f"step {k} ({path} path)"
+        try:
+            same(batch, what, expected, actual)
+        except Failure as failure:
+            failure.message += f" (requests {step['requests']} at {self._windows(batch)})"
+            if not actual.raised and _scribbled(actual.value):
+                raise Hazard(
+                    f"{what}: rows an earlier step's encoder buffer was overwritten with",
+                    expected=failure.expected,
+                    actual=failure.actual,
+                    signature="the cache kept a view of the encoder's output (a reused buffer corrupts it)",
+                ) from None
+            raise
+        self._watch_encoder(what, encoder)
+        if step.get("scribble"):
+            encoder.scribble()
+
+    def _watch_encoder(self, what: str, encoder: Encoder) -> None:
+        again = [key for key in encoder.encoded if key in self.held and key[0] not in self.colliding]
+        if again:
+            self.hazards.append(
+                Hazard(
+                    f"{what}: a warm cache with room re-encoded {again}",
+                    expected="its entries served from the cache",
+                    actual=f"encoder calls {encoder.calls}",
+                    signature="a warm cache with room re-encoded an item it holds",
+                )
+            )
+        if self.warm and self.cache is not None:  # a target without a cache holds nothing
+            self.held.update(encoder.encoded)
+
+    def _windows(self, batch: Case) -> str:
+        return ", ".join(f"[{r.prefix_len}, {r.prefix_len + r.extend_len})" for r in batch.requests)
+
+
+def _scribbled(value: Any) -> bool:
+    return value is not None and hasattr(value, "eq") and bool(value.eq(SCRIBBLE).any())
+
+
+@check(
+    "prefill.stateful",
+    rule="R3",
+    family=DIFFERENTIAL,
+    needs={PREFILL},
+    examples=_programs,
+    params=("steps",),
+)
+@collisions_are_hazards
+def stateful(target: Target, case: Case, params: dict) -> None:
+    """Across a prefill program on one engine and cache, every step's rows are the reference's."""
+    machine = Machine(target, case)
+    for k, step in enumerate(params["steps"]):
+        machine.run(k, step)
+    if machine.hazards:
+        raise machine.hazards[0]

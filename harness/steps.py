@@ -1,0 +1,101 @@
+"""Multi-step prefill programs: what an engine sees over a request's life, as plain data.
+
+A program is a list of steps over one case's requests, run against one engine
+instance and one embedding cache: ``prefill`` (a batch of some requests, each
+computing its next chunk), ``skip`` (a prefix-cache hit: a request's next
+tokens come from the KV cache, no prefill), and ``cache`` (the embedding cache
+replaced by one of another size: a shrink, an eviction of everything). A step
+is a JSON-able dict, so a failing program is saved and replayed like any case.
+
+``progress`` (tokens computed per request) is the only state the program
+itself carries; ``advance`` is shared by the strategy that draws programs and
+the check that runs them, so a replayed program means exactly what was drawn.
+Lengths are clamped to what is left of a request, so any edit of a saved
+program still means something.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from mmharness.model import Case, Request
+
+PREFILL, SKIP, CACHE = "prefill", "skip", "cache"
+PATHS = ("batched", "per_request")
+FORMS = ("tensor", "list")
+CACHE_SIZES = ("unlimited", "half", "tiny", "zero")
+"""``half``: room for half the case's rows (evicting); ``tiny``: two rows."""
+MAX_STEPS = 12
+
+
+def remaining(case: Case, progress: list[int], r: int) -> int:
+    return case.requests[r].seq_len - progress[r]
+
+
+def window_case(case: Case, progress: list[int], requests: list[int], lengths: list[int]) -> Case:
+    """The batch of one prefill step: the chosen requests, each with its next window."""
+    chosen = tuple(
+        replace(case.requests[r], prefix_len=progress[r], extend_len=min(n, remaining(case, progress, r)))
+        for r, n in zip(requests, lengths, strict=True)
+    )
+    return replace(case, requests=chosen)
+
+
+def advance(case: Case, progress: list[int], step: dict) -> list[int]:
+    """Tokens computed per request after the step."""
+    after = list(progress)
+    if step["op"] == PREFILL:
+        for r, n in zip(step["requests"], step["lengths"], strict=True):
+            after[r] += min(n, remaining(case, progress, r))
+    elif step["op"] == SKIP:
+        r = step["request"]
+        after[r] += min(step["length"], remaining(case, progress, r))
+    return after
+
+
+def problem(case: Case, steps: object) -> str | None:
+    """What is wrong with a saved program for this case, or ``None``; a replayed file is user input."""
+    if not isinstance(steps, list) or len(steps) > MAX_STEPS:
+        return f"params.steps must be a list of at most {MAX_STEPS} steps"
+    count = len(case.requests)
+    for k, step in enumerate(steps):
+        where = f"params.steps[{k}]"
+        if not isinstance(step, dict) or step.get("op") not in (PREFILL, SKIP, CACHE):
+            return f"{where}: a step is an object with op prefill, skip or cache"
+        if step["op"] == PREFILL:
+            requests, lengths = step.get("requests"), step.get("lengths")
+            if not _indices(requests, count) or not _lengths(lengths) or len(lengths) != len(requests):
+                return f"{where}: requests (distinct indices of the case's requests) and as many lengths >= 0"
+            if step.get("path", "batched") not in PATHS or step.get("form", "tensor") not in FORMS:
+                return f"{where}: path is one of {', '.join(PATHS)}, form one of {', '.join(FORMS)}"
+        elif step["op"] == SKIP:
+            if not _indices([step.get("request")], count) or not _lengths([step.get("length")]):
+                return f"{where}: request is an index of the case's requests, length >= 0"
+        elif step.get("size") not in CACHE_SIZES:
+            return f"{where}: size is one of {', '.join(CACHE_SIZES)}"
+    return None
+
+
+def _indices(values: object, count: int) -> bool:
+    return (
+        isinstance(values, list)
+        and all(isinstance(v, int) and not isinstance(v, bool) and 0 <= v < count for v in values)
+        and len(set(values)) == len(values)
+    )
+
+
+def _lengths(values: object) -> bool:
+    return isinstance(values, list) and all(
+        isinstance(v, int) and not isinstance(v, bool) and 0 <= v <= 1 << 20 for v in values
+    )
+
+
+def edges(request: Request, start: int) -> list[int]:
+    """Chunk lengths from ``start`` that end a window on a span edge (each +-1), or at the end."""
+    rest = request.seq_len - start
+    points = {1, rest}
+    for item in request.items:
+        for first, last in item.spans:
+            for edge in (first, last + 1):
+                points.update({edge - start - 1, edge - start, edge - start + 1})
+    return sorted(p for p in points if 0 < p <= rest)
