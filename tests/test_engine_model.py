@@ -124,7 +124,7 @@ def prefill(
     return run
 
 
-def across_steps(*cases: Case, scribble: bool = False) -> Witness:
+def across_steps(*cases: Case, scribble: bool = False, cache_size: int = HUGE) -> Witness:
     """Each case in turn on one warm cache: every result, and whether a later step re-encoded.
 
     ``scribble``: each step's encoder overwrites its output buffers afterwards. A
@@ -132,7 +132,7 @@ def across_steps(*cases: Case, scribble: bool = False) -> Witness:
     """
 
     def run(t: Target) -> tuple[list[Any], bool]:
-        cache = t.new_cache(HUGE)
+        cache = t.new_cache(cache_size)
         results, encoded = [], []
         for case in cases:
             encoder = BufferReusingEncoder(case, "tensor")
@@ -142,7 +142,8 @@ def across_steps(*cases: Case, scribble: bool = False) -> Witness:
             if scribble:
                 encoder.scribble()
         earlier = [set().union(*encoded[:k]) for k in range(len(encoded))]
-        again = cache is not None and any(later & seen for later, seen in zip(encoded, earlier, strict=True))
+        warm = cache is not None and cache_size == HUGE  # an evicting cache must re-encode
+        again = warm and any(later & seen for later, seen in zip(encoded, earlier, strict=True))
         return results, again
 
     return run
@@ -430,6 +431,12 @@ WITNESSES: dict[str, Witness] = {
     ),
     "warm_hit_always_misses": across_steps(
         batch(request(6, 0, 6, item((0, 5)))), batch(request(6, 0, 6, item((0, 5))))
+    ),
+    "evicted_entry_served_empty": across_steps(
+        batch(request(6, 0, 2, item((0, 5)))),
+        batch(request(6, 0, 6, item((0, 5), h=2))),
+        batch(request(6, 2, 4, item((0, 5)))),
+        cache_size=6 * 8 * 4 * 3 // 2,  # room for one item of six float32 rows of 8
     ),
     "resume_from_last_chunk": across_steps(
         batch(request(6, 0, 2, item((0, 5)))), batch(request(6, 4, 2, item((0, 5))))

@@ -98,5 +98,7 @@ def test_multi_step_mutants_only_the_stateful_check_sees(name):
     assert kill(name).killed_by == ("prefill.stateful",)
 
 
-def test_the_stateful_check_kills_a_resume_bug():
-    assert "prefill.stateful" in kill("resume_from_last_chunk").killed_by
+@pytest.mark.parametrize("name", ["resume_from_last_chunk", "evicted_entry_served_empty"])
+def test_the_stateful_check_kills_the_other_multi_step_bugs(name):
+    result = run_check(CHECKS["prefill.stateful"], resolve(f"mutant:{name}"), profile="ci")
+    assert result.status == DIVERGENCE, result.reason

@@ -235,6 +235,8 @@ class EngineModel:
             return None
         cache = self.new_cache(0) if cache is None else cache
         found: dict[Hashable, torch.Tensor] = {}
+        if self.bug == "evicted_entry_served_empty":
+            inside = self._assume_still_cached(case, inside, cache, found)
         if path == "batched":
             self._embed([item for items in inside for item in items], encoder, cache, found)
         chunks = []
@@ -248,6 +250,32 @@ class EngineModel:
                     req = replace(req, prefix_len=req.prefix_len + 1)
             chunks.extend(self._item_rows(item, req, found, cache) for item in inside[r])
         return _torch().cat(chunks)
+
+    def _assume_still_cached(
+        self,
+        case: Case,
+        inside: list[list[Item]],
+        cache: EmbeddingCache,
+        found: dict[Hashable, torch.Tensor],
+    ) -> list[list[Item]]:
+        """The seeded bug: an item served in part by an earlier step is taken to be cached still.
+
+        If it was evicted in between, its next chunk is served empty instead of re-encoded.
+        """
+        torch = _torch()
+        lost = {
+            item.hash
+            for items in inside
+            for item in items
+            if cache.note(("unfinished", item.hash)) is not None and item.hash not in cache
+        }
+        for req, items in zip(case.requests, inside, strict=True):
+            for item in items:
+                if item.hash in lost:
+                    found[self._key(item)] = torch.empty(0, case.hidden, dtype=getattr(torch, case.dtype))
+                unfinished = req.prefix_len + req.extend_len <= item.spans[-1][1]
+                cache.remember(("unfinished", item.hash), 1 if unfinished else None)
+        return inside
 
     def _request_order(self, count: int) -> range:
         """The order request chunks are concatenated in: the batch's."""
@@ -335,7 +363,7 @@ class EngineModel:
     ) -> torch.Tensor:
         """The item's rows inside the window: its own span offsets over its full embedding."""
         block = found[self._key(item)]
-        if self.bug == "prefill_reads_back_from_cache" and item.hash not in cache:
+        if block.shape[0] == 0 or (self.bug == "prefill_reads_back_from_cache" and item.hash not in cache):
             return block[:0]
         start, end = self._bounds(self._spans([item]), req.prefix_len, req.extend_len)
         if self.bug == "resume_from_last_chunk":

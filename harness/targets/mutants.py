@@ -114,6 +114,11 @@ _MUTANTS = (
         "warm_hit_always_misses", "R3", "a warm cache hit is never used: re-encoded each step", hazard=True
     ),
     Mutant(
+        "evicted_entry_served_empty",
+        "R3",
+        "an item served in part before is taken to be cached still: evicted, its next chunk is empty",
+    ),
+    Mutant(
         "resume_from_last_chunk",
         "R3",
         "an unfinished item resumes where its last chunk ended, not at the window",
