@@ -2,7 +2,8 @@
 
 A program is a list of steps over one case's requests, run against one engine
 instance and one embedding cache: ``prefill`` (a batch of some requests, each
-computing its next chunk), ``skip`` (a prefix-cache hit: a request's next
+computing its next chunk, through the encoder path), ``embed`` (the same,
+end to end, with the case's precomputed embeddings), ``skip`` (a prefix-cache hit: a request's next
 tokens come from the KV cache, no prefill), and ``cache`` (the embedding cache
 replaced by one of another size: a shrink, an eviction of everything). A step
 is a JSON-able dict, so a failing program is saved and replayed like any case.
@@ -20,7 +21,9 @@ from dataclasses import replace
 
 from mmharness.model import Case, Request
 
-PREFILL, SKIP, CACHE = "prefill", "skip", "cache"
+PREFILL, EMBED, SKIP, CACHE = "prefill", "embed", "skip", "cache"
+CHUNKS = (PREFILL, EMBED)
+"""The steps that compute chunks."""
 PATHS = ("batched", "per_request")
 FORMS = ("tensor", "list")
 CACHE_SIZES = ("unlimited", "half", "tiny", "zero")
@@ -44,7 +47,7 @@ def window_case(case: Case, progress: list[int], requests: list[int], lengths: l
 def advance(case: Case, progress: list[int], step: dict) -> list[int]:
     """Tokens computed per request after the step."""
     after = list(progress)
-    if step["op"] == PREFILL:
+    if step["op"] in CHUNKS:
         for r, n in zip(step["requests"], step["lengths"], strict=True):
             after[r] += min(n, remaining(case, progress, r))
     elif step["op"] == SKIP:
@@ -60,9 +63,9 @@ def problem(case: Case, steps: object) -> str | None:
     count = len(case.requests)
     for k, step in enumerate(steps):
         where = f"params.steps[{k}]"
-        if not isinstance(step, dict) or step.get("op") not in (PREFILL, SKIP, CACHE):
-            return f"{where}: a step is an object with op prefill, skip or cache"
-        if step["op"] == PREFILL:
+        if not isinstance(step, dict) or step.get("op") not in (*CHUNKS, SKIP, CACHE):
+            return f"{where}: a step is an object with op prefill, embed, skip or cache"
+        if step["op"] in CHUNKS:
             requests, lengths = step.get("requests"), step.get("lengths")
             if not _indices(requests, count) or not _lengths(lengths) or len(lengths) != len(requests):
                 return f"{where}: requests (distinct indices of the case's requests) and as many lengths >= 0"

@@ -15,6 +15,7 @@ from mmharness.checks.outcome import (
     expect_equal,
     expect_same,
     observe,
+    template,
 )
 from mmharness.checks.prefill import UNLIMITED
 from mmharness.checks.registry import DIFFERENTIAL, check
@@ -41,11 +42,25 @@ def matches_reference(target: Target, case: Case, params: dict) -> None:
     A target without precomputed-embedding support (no R2 function) is given
     raw items only: it cannot honour what it does not implement.
     """
+    compare(target, case, Encoder(case), target.new_cache(UNLIMITED))
+
+
+def compare(target: Target, case: Case, encoder: Encoder, cache: object, what: str = "") -> None:
+    """R3e for one call with this encoder and cache (``what`` prefixes the failure, as a step's name)."""
     if PRECOMPUTED not in target.capabilities:
         case = raw_only(case)
     expected = observe(partial(reference.embedding_and_mask, case))
-    encoder = Encoder(case)
-    actual = observe(partial(target.embedding_and_mask, case, encoder, cache=target.new_cache(UNLIMITED)))
+    actual = observe(partial(target.embedding_and_mask, case, encoder, cache=cache))
+    try:
+        _compare(case, encoder, expected, actual)
+    except Failure as failure:
+        if what:
+            failure.message = f"{what}: {failure.message}"
+            failure.signature = f"{template(what)}: {failure.signature}"
+        raise
+
+
+def _compare(case: Case, encoder: Encoder, expected: Outcome, actual: Outcome) -> None:
     if refused_partial(case, actual):
         return
     if expected.raised or actual.raised:

@@ -2,9 +2,10 @@
 
 Single-step checks give every call a fresh cache; this one keeps what an engine
 keeps between scheduler steps. A program (``mmharness.steps``) interleaves
-chunks of several requests, prefix-cache skips, cache replacements (a shrink,
-an eviction of everything), switches of path and encoder form, and encoders
-that reuse their output buffers. After every step:
+chunks of several requests (through the encoder path, or end to end with the
+case's precomputed embeddings), prefix-cache skips, cache replacements (a
+shrink, an eviction of everything), switches of path and encoder form, and
+encoders that reuse their output buffers. After every step:
 
 - the rows are the reference's for that step's windows (a divergence
   otherwise: wrong rows, another request's rows, a crash);
@@ -25,11 +26,12 @@ from typing import Any
 
 from mmharness import steps as program
 from mmharness.checks.common import REFERENCE, collisions_are_hazards
+from mmharness.checks.embed_mask import compare
 from mmharness.checks.outcome import Failure, Hazard, observe
 from mmharness.checks.prefill import UNLIMITED, same
 from mmharness.checks.registry import DIFFERENTIAL, check
 from mmharness.model import Case
-from mmharness.targets.base import PER_REQUEST_PATH, PREFILL, Encoder, Target
+from mmharness.targets.base import EMBED_AND_MASK, PER_REQUEST_PATH, PREFILL, Encoder, Target
 
 SCRIBBLE = 512.0
 """What a reused encoder buffer is overwritten with: exact in every dtype, and no item row holds it."""
@@ -84,7 +86,14 @@ class Machine:
             self.cache = self.target.new_cache(self._size(step["size"]))
             self.warm = step["size"] == "unlimited"
             self.held.clear()
-        elif step["op"] == program.PREFILL:
+        elif step["op"] == program.EMBED and EMBED_AND_MASK in self.target.capabilities:
+            batch = program.window_case(self.case, self.progress, step["requests"], step["lengths"])
+            encoder = BufferReusingEncoder(batch, "tensor")
+            compare(self.target, batch, encoder, self.cache, what=f"step {k} (end to end)")
+            self._watch_encoder(f"step {k} (end to end)", encoder)
+            if step.get("scribble"):
+                encoder.scribble()
+        elif step["op"] in program.CHUNKS:
             self._prefill(k, step)
         self.progress = program.advance(self.case, self.progress, step)
 

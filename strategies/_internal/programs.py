@@ -25,7 +25,7 @@ def _programs(draw: DrawFn, case: Case, max_steps: int, paths: tuple[str, ...], 
     if draw(st.booleans()):  # start on a cache of another size: half the programs evict
         drawn.append({"op": program.CACHE, "size": program.CACHE_SIZES[integer(draw, 1, 3)]})
     for _ in range(integer(draw, 1, max_steps)):
-        kinds = [program.PREFILL] * 4 + [program.SKIP, program.CACHE]
+        kinds = [program.PREFILL] * 3 + [program.EMBED, program.SKIP, program.CACHE]
         kind = kinds[integer(draw, 0, len(kinds) - 1)]
         open_requests = [r for r in range(len(case.requests)) if program.remaining(case, progress, r) > 0]
         if kind == program.CACHE or not open_requests:
@@ -42,7 +42,7 @@ def _programs(draw: DrawFn, case: Case, max_steps: int, paths: tuple[str, ...], 
                 points = program.edges(case.requests[r], progress[r])
                 lengths.append(rest - pick(draw, 0, rest - 1, [rest - p for p in points]))
             step = {
-                "op": program.PREFILL,
+                "op": kind,
                 "requests": chosen,
                 "lengths": lengths,
                 "path": paths[integer(draw, 0, len(paths) - 1)],
@@ -61,7 +61,7 @@ def prefill_programs(
     paths: Sequence[str] = program.PATHS,
     forms: Sequence[str] = program.FORMS,
 ) -> SearchStrategy[list[dict]]:
-    """Programs of prefill, prefix-cache skip and cache steps over ``case``'s requests.
+    """Programs of prefill, end-to-end, prefix-cache skip and cache steps over ``case``'s requests.
 
     ``paths`` and ``forms`` are the engine paths and encoder output forms the
     prefill steps may use; ``scribble`` marks a step after which the encoder's
