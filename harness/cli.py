@@ -58,7 +58,13 @@ def _parser() -> argparse.ArgumentParser:
         help="known findings to tolerate, by how they failed (a --write-baseline file or a --json report)",
     )
     check.add_argument("--write-baseline", metavar="FILE", help="write this run's findings as a baseline")
-    check.add_argument("--strict", action="store_true", help="hazards fail the run too")
+    check.add_argument("--strict", action="store_true", help="hazards and could-not-test fail the run too")
+    check.add_argument(
+        "--database",
+        metavar="SPEC",
+        help="where failing examples are kept and replayed first: none, a directory, github:OWNER/REPO,"
+        " redis://HOST (default: none for --profile ci, else a directory in the cache)",
+    )
     check.add_argument(
         "--findings",
         default=os.environ.get("MMHARNESS_FINDINGS", "findings"),
@@ -239,6 +245,7 @@ def _check(args: argparse.Namespace) -> int:
     _writable("--json", args.json)
     _writable("--junit", args.junit)
     _writable("--write-baseline", args.write_baseline)
+    database = _database(args.database, args.profile)
     devices = ["cpu", "cuda"] if args.device == "all" else [args.device]
     if args.device == "cuda" and not cuda_available():
         raise UsageError("--device cuda: no CUDA device is visible (try --device cpu)")
@@ -256,6 +263,7 @@ def _check(args: argparse.Namespace) -> int:
                     device=device,
                     max_examples=args.max_examples,
                     seed=args.seed,
+                    database=database,
                 )
                 for finding in result.findings:
                     if finding.example is not None:
@@ -348,6 +356,15 @@ def _baseline(path: str | None, current: dict):
         return baseline.load(path, current)
     except baseline.BaselineError as error:
         raise UsageError(f"--baseline {error}") from None
+
+
+def _database(spec: str | None, profile: str):
+    from mmharness.database import DatabaseError, default_spec, open_database
+
+    try:
+        return open_database(spec or default_spec(profile))
+    except (DatabaseError, OSError) as error:
+        raise UsageError(str(error)) from None
 
 
 def _print_header(target, spec: str) -> None:

@@ -23,7 +23,9 @@ from typing import Any
 
 import pytest
 
-OPTIONS = ("--mm-target", "--mm-device", "--mm-profile", "--mm-checks", "--mm-findings", "--mm-strict")
+OPTIONS = (
+    "--mm-target", "--mm-device", "--mm-profile", "--mm-checks", "--mm-findings", "--mm-strict", "--mm-database",
+)  # fmt: skip
 _TARGET = pytest.StashKey[Any]()
 
 
@@ -35,6 +37,11 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--mm-checks", action="append", metavar="IDS", help="checks: ids, families, rules")
     group.addoption("--mm-findings", metavar="DIR", help="where failing checks save their shrunk cases")
     group.addoption("--mm-strict", action="store_true", default=None, help="hazards and could-not-test fail")
+    group.addoption(
+        "--mm-database",
+        metavar="SPEC",
+        help="failing examples kept and replayed: none, a directory, github:OWNER/REPO, redis://HOST",
+    )
     parser.addini("mm_target", "target spec the checks run against (as --mm-target)", default="")
 
 
@@ -108,11 +115,15 @@ class CheckItem(pytest.Item):
 
         config = self.config
         spec = _spec(config)
+        from mmharness.database import default_spec, open_database
+
+        profile = config.getoption("--mm-profile") or "ci"
         result = run_check(
             self.check,
             config.stash[_TARGET],
-            profile=config.getoption("--mm-profile") or "ci",
+            profile=profile,
             device=self.device,
+            database=open_database(config.getoption("--mm-database") or default_spec(profile)),
         )
         findings = Path(config.getoption("--mm-findings") or os.environ.get("MMHARNESS_FINDINGS", "findings"))
         for finding in result.findings:

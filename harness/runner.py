@@ -18,7 +18,6 @@ that share a strategy do not test the same cases.
 from __future__ import annotations
 
 import hashlib
-import random
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -134,21 +133,31 @@ def run_check(
     device: str = "cpu",
     max_examples: int | None = None,
     seed: int | None = None,
+    database: Any = None,
 ) -> Result:
-    """Run one check until its example budget is spent, keeping every distinct failure (shrunk)."""
+    """Run one check until its example budget is spent, keeping every distinct failure (shrunk).
+
+    ``database`` (an ``ExampleDatabase``) keeps failing examples between runs; the
+    check, target and device key them (``mmharness.database``).
+    """
     reason = skip_reason(check, target, device)
     if reason:
         return Result(check, SKIPPED, device, reason=reason)
     options = PROFILES[profile]
     budget = max_examples if max_examples is not None else options["max_examples"]
-    if seed is None and not options["derandomize"]:
-        seed = random.getrandbits(32)
-    search = _Search(check, target, device, budget)
-    round_seed = check_seed(check, seed)
+    fixed = seed is not None or options["derandomize"]
+    if database is not None and not fixed:
+        from mmharness.database import KeyedDatabase
+
+        database = KeyedDatabase(database, check.id, target.name, device)
+    else:
+        database = None  # a fixed seed means the same run every time: no history replayed
+    search = _Search(check, target, device, budget, database)
+    round_seed = check_seed(check, seed) if fixed else None
     while search.spent < budget and len(search.findings) < MAX_FINDINGS:
         if not search.round(round_seed):
             break
-        round_seed = check_seed(check, round_seed)
+        round_seed = check_seed(check, round_seed) if fixed else None
     findings = sorted(
         search.findings.values(), key=lambda f: (SEVERITY.index(f.kind), f.first_failure_at or 0)
     )
@@ -189,10 +198,11 @@ class _Search:
     target: Target
     device: str
     budget: int
+    database: Any = None
     spent: int = 0
     findings: dict[str, Finding] = field(default_factory=dict)
 
-    def round(self, round_seed: int) -> bool:
+    def round(self, round_seed: int | None) -> bool:
         """One Hypothesis run over the rest of the budget; whether it found a new signature."""
         from hypothesis import HealthCheck, Verbosity, given, settings
         from hypothesis import seed as fixed_seed
@@ -204,7 +214,8 @@ class _Search:
         @settings(
             max_examples=self.budget - self.spent,
             derandomize=False,
-            database=None,
+            # Later rounds pass the signatures found: Hypothesis would drop their saved examples.
+            database=self.database if not known else None,
             deadline=None,
             report_multiple_bugs=True,
             print_blob=False,
@@ -226,7 +237,7 @@ class _Search:
             raise _found_type(failure.signature)(failure, example)  # outside the except: no context
 
         try:
-            fixed_seed(round_seed)(prop)()
+            (prop if round_seed is None else fixed_seed(round_seed)(prop))()
         except _Found as found:
             self._keep([found], first_seen)
         except Exception as error:  # several findings (a group), or Hypothesis gave up

@@ -1,0 +1,74 @@
+"""Where a run keeps the failing examples it found, so the next run replays them first.
+
+``--database SPEC``: ``none``; a directory (``DirectoryBasedExampleDatabase``);
+``github:OWNER/REPO`` (``GitHubArtifactDatabase``: the database a CI job saved as
+an artifact, read-only here); ``redis://HOST[:PORT]`` (``RedisExampleDatabase``,
+with ``hypothesis[redis]``), shared by every machine that points at it. The
+default is none for the ``ci`` profile (its runs must not depend on history)
+and a directory under the harness cache for ``dev`` and ``deep``.
+
+Every check's examples live under their own key: the check, the target and
+the device, so two checks or two targets never replay each other's cases.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterable
+
+from hypothesis.database import ExampleDatabase
+from mmharness.targets.loader import cache_dir
+
+NONE = "none"
+
+
+class DatabaseError(ValueError):
+    """A database spec that cannot be used; the message says which forms are."""
+
+
+def default_spec(profile: str) -> str:
+    return NONE if profile == "ci" else str(cache_dir() / "examples")
+
+
+def open_database(spec: str) -> ExampleDatabase | None:
+    """The database a ``--database`` spec names (``None`` for ``none``)."""
+    from hypothesis import database
+
+    if spec == NONE:
+        return None
+    if spec.startswith("github:"):
+        owner, _, repo = spec.removeprefix("github:").partition("/")
+        if not owner or not repo:
+            raise DatabaseError(f"--database {spec}: write github:OWNER/REPO")
+        return database.ReadOnlyDatabase(database.GitHubArtifactDatabase(owner, repo))
+    if spec.startswith("redis://"):
+        try:
+            import redis
+            from hypothesis.extra.redis import RedisExampleDatabase
+        except ImportError:
+            raise DatabaseError(f"--database {spec}: needs redis; pip install 'hypothesis[redis]'") from None
+        return RedisExampleDatabase(redis.Redis.from_url(spec))
+    if "://" in spec:
+        raise DatabaseError(f"--database {spec}: expected none, a directory, github:OWNER/REPO or redis://HOST")
+    return database.DirectoryBasedExampleDatabase(spec)
+
+
+class KeyedDatabase(ExampleDatabase):
+    """A database seen through a key prefix of its own."""
+
+    def __init__(self, database: ExampleDatabase, *parts: str) -> None:
+        super().__init__()
+        self.database = database
+        self.prefix = hashlib.sha256("\0".join(parts).encode()).digest()[:8]
+
+    def save(self, key: bytes, value: bytes) -> None:
+        self.database.save(self.prefix + key, value)
+
+    def fetch(self, key: bytes) -> Iterable[bytes]:
+        return self.database.fetch(self.prefix + key)
+
+    def delete(self, key: bytes, value: bytes) -> None:
+        self.database.delete(self.prefix + key, value)
+
+    def move(self, src: bytes, dest: bytes, value: bytes) -> None:
+        self.database.move(self.prefix + src, self.prefix + dest, value)
