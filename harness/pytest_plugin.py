@@ -24,8 +24,9 @@ from typing import Any
 import pytest
 
 OPTIONS = (
-    "--mm-target", "--mm-device", "--mm-profile", "--mm-checks", "--mm-findings", "--mm-strict", "--mm-database",
-)  # fmt: skip
+    *("--mm-target", "--mm-device", "--mm-profile", "--mm-checks"),
+    *("--mm-findings", "--mm-strict", "--mm-database"),
+)
 _TARGET = pytest.StashKey[Any]()
 
 
