@@ -1,0 +1,27 @@
+#!/bin/bash -eu
+# Builds mmharness's fuzz targets for ClusterFuzzLite (and OSS-Fuzz): the case parser, and
+# SGLang's payload parsers loaded by path from a release fetched here, at build time, since
+# fuzzers run without network. Each target is a small script (.clusterfuzzlite/fuzz_*.py)
+# packaged by compile_python_fuzzer; the seeds in corpus/ become its seed corpus, and the
+# known findings (corpus/fuzz-baseline.json) ship with it, so only new findings are crashes.
+#
+# MMHARNESS_FUZZ_RELEASE picks the release the engine fuzzers load (default 0.5.23).
+RELEASE="${MMHARNESS_FUZZ_RELEASE:-0.5.23}"
+
+# torch's CPU build only: the engine fuzzers make small tensors, and nothing needs CUDA.
+pip3 install --index-url https://download.pytorch.org/whl/cpu "torch>=2.1,<2.14"
+pip3 install .
+
+# The release's parser files, unpacked into a cache shipped beside the fuzzers.
+export MMHARNESS_CACHE="$OUT/mmharness-cache"
+python3 -c "from mmharness.engines.sglang.adapter import fetch; fetch('$RELEASE')"
+
+for fuzzer in .clusterfuzzlite/fuzz_*.py; do
+  name="$(basename "$fuzzer" .py)"
+  compile_python_fuzzer "$fuzzer" --add-data "$OUT/mmharness-cache:mmharness-cache" \
+    --add-data "corpus/fuzz-baseline.json:."
+  seeds="corpus/$(echo "${name#fuzz_}" | tr _ -)"
+  if [ -d "$seeds" ]; then
+    zip -j -q "$OUT/${name}_seed_corpus.zip" "$seeds"/*.json
+  fi
+done
