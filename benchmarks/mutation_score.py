@@ -136,6 +136,8 @@ def run_worker(copy: Path, jobs: list[dict]) -> list[dict]:
         diff = "".join(lines).split("\n", 2)[-1]  # without the file header lines
         seconds = round(time.perf_counter() - started, 1)
         results.append({**job, "outcome": outcome, "seconds": seconds, "diff": diff})
+        where = f"{job['function']} line {job['line']} ({job['operator'].removeprefix('core/')})"
+        print(f"[{copy.name} {len(results)}/{len(jobs)}] {where}: {outcome} in {seconds} s", flush=True)
     return results
 
 

@@ -234,6 +234,7 @@ def _writable(option: str, path: str | None, *, directory: bool = False) -> None
 
 def _check(args: argparse.Namespace) -> int:
     from mmharness import baseline, report
+    from mmharness.progress import Progress, summary_table
     from mmharness.runner import cuda_available, run_check
 
     target = _target(args.target)
@@ -254,22 +255,25 @@ def _check(args: argparse.Namespace) -> int:
     results = []
     interrupted = False
     try:
-        for device in devices:
-            for check in checks:
-                result = run_check(
-                    check,
-                    target,
-                    profile=args.profile,
-                    device=device,
-                    max_examples=args.max_examples,
-                    seed=args.seed,
-                    database=database,
-                )
-                for finding in result.findings:
-                    if finding.example is not None:
-                        finding.saved = report.save(result, finding, args.target, Path(args.findings))
-                results.append(result)
-                print(report.result_line(result, color=color), flush=True)
+        with Progress(len(devices) * len(checks), "checks") as progress:
+            for device in devices:
+                for check in checks:
+                    progress.start(check.id)
+                    result = run_check(
+                        check,
+                        target,
+                        profile=args.profile,
+                        device=device,
+                        max_examples=args.max_examples,
+                        seed=args.seed,
+                        database=database,
+                        on_example=progress.tick,
+                    )
+                    for finding in result.findings:
+                        if finding.example is not None:
+                            finding.saved = report.save(result, finding, args.target, Path(args.findings))
+                    results.append(result)
+                    progress.line(report.result_line(result, color=color))
     except KeyboardInterrupt:  # report what ran; the findings are already saved
         interrupted = True
         print("\ninterrupted: reporting the checks that finished", flush=True)
@@ -281,7 +285,13 @@ def _check(args: argparse.Namespace) -> int:
             note = "  (tolerated: in the baseline)" if known_one else ""
             print("\n" + report.finding_details(result, finding, args.target) + note)
     tolerance = f"; {tolerated} finding(s) tolerated by the baseline" if known else ""
-    print("\n" + report.summary(results) + tolerance)
+    rows = [
+        (r.check.id, r.device, report.LABELS[r.status], str(len(r.findings)), str(r.examples_run))
+        for r in results
+    ]
+    print()
+    summary_table(rows, ("check", "device", "verdict", "findings", "examples"), sys.stdout)
+    print(report.summary(results) + tolerance)
     for entry in known.stale(results) if known else ():
         print(f"stale baseline entry (did not reproduce): {entry.check} [{entry.device}] {entry.signature}")
     if args.json:
@@ -379,38 +389,46 @@ def _print_header(target, spec: str) -> None:
 
 
 def _replay(args: argparse.Namespace) -> int:
-    from mmharness import payload, report
     from mmharness.checks import all_checks
-    from mmharness.checks.common import params_problem
-    from mmharness.runner import replay
+    from mmharness.progress import Progress
 
     checks = all_checks()
     results = []
-    for path in args.cases:
-        try:
-            document = payload.load_document(path)
-        except (OSError, payload.PayloadError) as error:
-            raise UsageError(f"{path}: {error}") from None
-        check_id = document.provenance.get("check")
-        if check_id not in checks:
-            raise UsageError(f"{path}: names no known check ({check_id!r}); `mmharness checks` lists them")
-        problem = params_problem(checks[check_id], document.case, document.params)
-        if problem:
-            raise UsageError(f"{path}: {problem}")
-        spec = args.target or document.provenance.get("target", "reference")
-        result = replay(checks[check_id], _target(spec), (document.case, document.params))
-        for finding in result.findings:
-            finding.saved = path
-        print(report.result_line(result, color=report.use_color(sys.stdout)) + f"  [{path}]")
-        if result.findings:
-            print(report.failure_details(result, spec))
-        results.append(result)
+    with Progress(len(args.cases), "cases") as progress:
+        for path in args.cases:
+            results.append(_replay_one(path, args.target, checks, progress))
     return _exit_code([result.status for result in results], strict=False)
+
+
+def _replay_one(path: str, target: str | None, checks: dict, progress):
+    """One saved case against its saved target (or ``target``), as a result line and its findings."""
+    from mmharness import payload, report
+    from mmharness.checks.common import params_problem
+    from mmharness.runner import replay
+
+    try:
+        document = payload.load_document(path)
+    except (OSError, payload.PayloadError) as error:
+        raise UsageError(f"{path}: {error}") from None
+    check_id = document.provenance.get("check")
+    if check_id not in checks:
+        raise UsageError(f"{path}: names no known check ({check_id!r}); `mmharness checks` lists them")
+    problem = params_problem(checks[check_id], document.case, document.params)
+    if problem:
+        raise UsageError(f"{path}: {problem}")
+    spec = target or document.provenance.get("target", "reference")
+    result = replay(checks[check_id], _target(spec), (document.case, document.params))
+    for finding in result.findings:
+        finding.saved = path
+    line = report.result_line(result, color=report.use_color(sys.stdout)) + f"  [{path}]"
+    progress.line(line + ("\n" + report.failure_details(result, spec) if result.findings else ""))
+    return result
 
 
 def _matrix(args: argparse.Namespace) -> int:
     from mmharness import report
     from mmharness.matrix import render, run_matrix
+    from mmharness.progress import Progress
 
     checks = _selected_checks(args.checks)
     _check_max_examples(args.max_examples)
@@ -418,20 +436,21 @@ def _matrix(args: argparse.Namespace) -> int:
         raise UsageError(f"--workers must be >= 1, got {args.workers}")
     _writable("--json", args.json)
 
-    def progress(spec: str, cells: int | None) -> None:
-        shown = "could not load" if cells is None else f"{cells} checks"
-        print(f"  {spec}: {shown}", file=sys.stderr, flush=True)
+    with Progress(len(args.targets), "targets", stream=sys.stderr) as progress:
 
-    matrix = run_matrix(
-        args.targets,
-        checks,
-        args.profile,
-        max_examples=args.max_examples,
-        seed=args.seed,
-        workers=args.workers,
-        progress=progress,
-        command=_command_line(args.argv),
-    )
+        def done(spec: str, cells: int | None) -> None:
+            progress.line(f"  {spec}: {'could not load' if cells is None else f'{cells} checks'}")
+
+        matrix = run_matrix(
+            args.targets,
+            checks,
+            args.profile,
+            max_examples=args.max_examples,
+            seed=args.seed,
+            workers=args.workers,
+            progress=done,
+            command=_command_line(args.argv),
+        )
     print(render(matrix, color=report.use_color(sys.stdout), strict=args.strict))
     if args.json:
         report.write(args.json, json.dumps(matrix.as_json(strict=args.strict), indent=2) + "\n")

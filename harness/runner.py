@@ -18,6 +18,7 @@ that share a strategy do not test the same cases.
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -134,11 +135,13 @@ def run_check(
     max_examples: int | None = None,
     seed: int | None = None,
     database: Any = None,
+    on_example: Callable[[int], None] | None = None,
 ) -> Result:
     """Run one check until its example budget is spent, keeping every distinct failure (shrunk).
 
     ``database`` (an ``ExampleDatabase``) keeps failing examples between runs; the
-    check, target and device key them (``mmharness.database``).
+    check, target and device key them (``mmharness.database``). ``on_example`` is
+    told how many examples have run so far (a progress display).
     """
     reason = skip_reason(check, target, device)
     if reason:
@@ -152,7 +155,7 @@ def run_check(
         database = KeyedDatabase(database, check.id, target.name, device)
     else:
         database = None  # a fixed seed means the same run every time: no history replayed
-    search = _Search(check, target, device, budget, database)
+    search = _Search(check, target, device, budget, database, on_example)
     round_seed = check_seed(check, seed) if fixed else None
     while search.spent < budget and len(search.findings) < MAX_FINDINGS:
         if not search.round(round_seed):
@@ -199,6 +202,7 @@ class _Search:
     device: str
     budget: int
     database: Any = None
+    on_example: Callable[[int], None] | None = None
     spent: int = 0
     findings: dict[str, Finding] = field(default_factory=dict)
 
@@ -226,6 +230,8 @@ class _Search:
         def prop(example: Example) -> None:
             nonlocal calls
             calls += 1
+            if self.on_example is not None:
+                self.on_example(self.spent + calls)
             failure = None
             try:
                 run_example(self.check, self.target, example)
