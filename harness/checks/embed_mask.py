@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import replace
 from functools import partial
 
@@ -45,8 +46,19 @@ def matches_reference(target: Target, case: Case, params: dict) -> None:
     compare(target, case, Encoder(case), target.new_cache(UNLIMITED))
 
 
-def compare(target: Target, case: Case, encoder: Encoder, cache: object, what: str = "") -> None:
-    """R3e for one call with this encoder and cache (``what`` prefixes the failure, as a step's name)."""
+def compare(
+    target: Target,
+    case: Case,
+    encoder: Encoder,
+    cache: object,
+    what: str = "",
+    explain: Callable[[Failure, Outcome], Failure] | None = None,
+) -> None:
+    """R3e for one call with this encoder and cache.
+
+    ``what`` prefixes the failure (a step's name); ``explain`` may turn a failure
+    into another, given the target's outcome (the stateful check's hazards).
+    """
     if PRECOMPUTED not in target.capabilities:
         case = raw_only(case)
     expected = observe(partial(reference.embedding_and_mask, case))
@@ -57,7 +69,7 @@ def compare(target: Target, case: Case, encoder: Encoder, cache: object, what: s
         if what:
             failure.message = f"{what}: {failure.message}"
             failure.signature = f"{template(what)}: {failure.signature}"
-        raise
+        raise (explain(failure, actual) if explain else failure) from None
 
 
 def _compare(case: Case, encoder: Encoder, expected: Outcome, actual: Outcome) -> None:

@@ -27,7 +27,7 @@ from typing import Any
 from mmharness import steps as program
 from mmharness.checks.common import REFERENCE, collisions_are_hazards
 from mmharness.checks.embed_mask import compare
-from mmharness.checks.outcome import Failure, Hazard, observe
+from mmharness.checks.outcome import Failure, Hazard, Outcome, observe
 from mmharness.checks.prefill import UNLIMITED, same
 from mmharness.checks.registry import DIFFERENTIAL, check
 from mmharness.model import Case
@@ -89,7 +89,7 @@ class Machine:
         elif step["op"] == program.EMBED and EMBED_AND_MASK in self.target.capabilities:
             batch = program.window_case(self.case, self.progress, step["requests"], step["lengths"])
             encoder = BufferReusingEncoder(batch, "tensor")
-            compare(self.target, batch, encoder, self.cache, what=f"step {k} (end to end)")
+            compare(self.target, batch, encoder, self.cache, f"step {k} (end to end)", _scribble_hazard)
             self._watch_encoder(f"step {k} (end to end)", encoder)
             if step.get("scribble"):
                 encoder.scribble()
@@ -116,14 +116,7 @@ class Machine:
             same(batch, what, expected, actual)
         except Failure as failure:
             failure.message += f" (requests {step['requests']} at {self._windows(batch)})"
-            if not actual.raised and _scribbled(actual.value):
-                raise Hazard(
-                    f"{what}: rows an earlier step's encoder buffer was overwritten with",
-                    expected=failure.expected,
-                    actual=failure.actual,
-                    signature="the cache kept a view of the encoder's output (a reused buffer corrupts it)",
-                ) from None
-            raise
+            raise _scribble_hazard(failure, actual) from None
         self._watch_encoder(what, encoder)
         if step.get("scribble"):
             encoder.scribble()
@@ -146,8 +139,17 @@ class Machine:
         return ", ".join(f"[{r.prefix_len}, {r.prefix_len + r.extend_len})" for r in batch.requests)
 
 
-def _scribbled(value: Any) -> bool:
-    return value is not None and hasattr(value, "eq") and bool(value.eq(SCRIBBLE).any())
+def _scribble_hazard(failure: Failure, actual: Outcome) -> Failure:
+    """A failure whose rows hold what an earlier step's encoder buffer was overwritten with: a hazard."""
+    value = actual.value[0] if isinstance(actual.value, tuple) else actual.value
+    if actual.raised or value is None or not hasattr(value, "eq") or not bool(value.eq(SCRIBBLE).any()):
+        return failure
+    return Hazard(
+        f"{failure.message}: rows an earlier step's encoder buffer was overwritten with",
+        expected=failure.expected,
+        actual=failure.actual,
+        signature="the cache kept a view of the encoder's output (a reused buffer corrupts it)",
+    )
 
 
 @check(

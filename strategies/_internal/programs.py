@@ -22,7 +22,7 @@ from mmharness.strategies._internal.validation import check_int, check_order, ch
 def _programs(draw: DrawFn, case: Case, max_steps: int, paths: tuple[str, ...], forms: tuple[str, ...]):
     progress = [0] * len(case.requests)
     drawn: list[dict] = []
-    if draw(st.booleans()):  # start on a cache of another size: half the programs evict
+    if integer(draw, 0, 3) == 0:  # a quarter of the programs start on an evicting cache
         drawn.append({"op": program.CACHE, "size": program.CACHE_SIZES[integer(draw, 1, 3)]})
     for _ in range(integer(draw, 1, max_steps)):
         kinds = [program.PREFILL] * 3 + [program.EMBED, program.SKIP, program.CACHE]
