@@ -11,13 +11,15 @@ import os
 import sys
 from pathlib import Path
 
-PASSED_EXIT, DIVERGED, USAGE_ERROR, COULD_NOT_TEST_EXIT, INTERRUPTED = 0, 1, 2, 3, 130
+PASSED_EXIT, DIVERGED, USAGE_ERROR, COULD_NOT_TEST_EXIT, NOTHING_RAN = 0, 1, 2, 3, 4
 EXIT_CODES = """exit codes:
   0    every check passed (hazards shown; skips are functions the target lacks)
   1    a divergence (under --strict: also a hazard or a could-not-test)
   2    usage error: bad option, unreadable file, unloadable target
   3    the harness could not test part of the target (nothing diverged)
-  130  interrupted"""
+  4    nothing ran: every check (or replayed case) was skipped
+  130  interrupted by Ctrl-C (SIGINT); the report says so and keeps what was found
+  143  terminated (SIGTERM); likewise"""
 
 
 class UsageError(Exception):
@@ -217,25 +219,19 @@ def _selected_checks(groups: list[str] | None):
 
 
 def _writable(option: str, path: str | None, *, directory: bool = False) -> None:
-    """Refuse an output path before any check runs, not after all of them."""
-    if path is None:
-        return
-    where = Path(path)
-    try:
-        if directory:
-            where.mkdir(parents=True, exist_ok=True)
-        else:
-            if where.is_dir():
-                raise IsADirectoryError(f"{path} is a directory")
-            where.parent.mkdir(parents=True, exist_ok=True)
-    except OSError as error:
-        raise UsageError(f"{option} {path}: cannot write there ({error})") from None
+    """Refuse an output path before any check runs, not after all of them (see ``report.writable``)."""
+    from mmharness.report import writable
+
+    if path is not None:
+        problem = writable(path, directory=directory)
+        if problem:
+            raise UsageError(f"{option} {path}: {problem}")
 
 
 def _check(args: argparse.Namespace) -> int:
-    from mmharness import baseline, report
+    from mmharness import baseline, interrupts, report
     from mmharness.progress import Progress, summary_table
-    from mmharness.runner import cuda_available, run_check
+    from mmharness.runner import Interrupted, cuda_available, run_check
 
     target = _target(args.target)
     checks = _selected_checks(args.checks)
@@ -254,29 +250,37 @@ def _check(args: argparse.Namespace) -> int:
     _print_header(target, args.target)
     results = []
     interrupted = False
-    try:
-        with Progress(len(devices) * len(checks), "checks") as progress:
-            for device in devices:
-                for check in checks:
-                    progress.start(check.id)
-                    result = run_check(
-                        check,
-                        target,
-                        profile=args.profile,
-                        device=device,
-                        max_examples=args.max_examples,
-                        seed=args.seed,
-                        database=database,
-                        on_example=progress.tick,
-                    )
-                    for finding in result.findings:
-                        if finding.example is not None:
-                            finding.saved = report.save(result, finding, args.target, Path(args.findings))
-                    results.append(result)
-                    progress.line(report.result_line(result, color=color))
-    except KeyboardInterrupt:  # report what ran; the findings are already saved
-        interrupted = True
-        print("\ninterrupted: reporting the checks that finished", flush=True)
+
+    def keep(result) -> None:
+        for finding in result.findings:
+            if finding.example is not None:
+                finding.saved = report.save(result, finding, args.target, Path(args.findings))
+        results.append(result)
+
+    with interrupts.handled():
+        try:
+            with Progress(len(devices) * len(checks), "checks") as progress:
+                for device in devices:
+                    for check in checks:
+                        interrupts.check()
+                        progress.start(check.id)
+                        result = run_check(
+                            check,
+                            target,
+                            profile=args.profile,
+                            device=device,
+                            max_examples=args.max_examples,
+                            seed=args.seed,
+                            database=database,
+                            on_example=progress.tick,
+                        )
+                        keep(result)
+                        progress.line(report.result_line(result, color=color))
+        except KeyboardInterrupt as stop:  # report what ran, and what the check in progress found
+            interrupted = True
+            if isinstance(stop, Interrupted):
+                keep(stop.result)
+            print("\ninterrupted: reporting the checks that ran", flush=True)
     tolerated = 0
     for result in results:
         for finding in result.findings:
@@ -300,13 +304,26 @@ def _check(args: argparse.Namespace) -> int:
         )
         report.write(args.json, json.dumps(data, indent=2) + "\n")
     if args.junit:
-        report.write(args.junit, report.as_junit(results, args.target, strict=args.strict))
+        junit = report.as_junit(results, args.target, strict=args.strict, interrupted=interrupted)
+        report.write(args.junit, junit)
     if args.write_baseline:
         report.write(args.write_baseline, json.dumps(baseline.dump(results, current), indent=2) + "\n")
     if interrupted:
-        return INTERRUPTED
+        return interrupts.exit_code()
+    if _nothing_ran(results):
+        return NOTHING_RAN
     new = [f.kind for r in results for f in r.findings if known is None or not known.tolerates(r, f)]
     return _exit_code(new, strict=args.strict)
+
+
+def _nothing_ran(results) -> bool:
+    """Every check (or replayed case) skipped: not a success, whatever the reason."""
+    from mmharness.runner import SKIPPED
+
+    if results and all(r.status == SKIPPED for r in results):
+        print("nothing ran: every check was skipped (see the reasons above)", file=sys.stderr)
+        return True
+    return False
 
 
 def _atlas(args: argparse.Namespace) -> int:
@@ -397,6 +414,8 @@ def _replay(args: argparse.Namespace) -> int:
     with Progress(len(args.cases), "cases") as progress:
         for path in args.cases:
             results.append(_replay_one(path, args.target, checks, progress))
+    if _nothing_ran(results):
+        return NOTHING_RAN
     return _exit_code([result.status for result in results], strict=False)
 
 
@@ -426,7 +445,7 @@ def _replay_one(path: str, target: str | None, checks: dict, progress):
 
 
 def _matrix(args: argparse.Namespace) -> int:
-    from mmharness import report
+    from mmharness import interrupts, report
     from mmharness.matrix import render, run_matrix
     from mmharness.progress import Progress
 
@@ -436,7 +455,7 @@ def _matrix(args: argparse.Namespace) -> int:
         raise UsageError(f"--workers must be >= 1, got {args.workers}")
     _writable("--json", args.json)
 
-    with Progress(len(args.targets), "targets", stream=sys.stderr) as progress:
+    with interrupts.handled(), Progress(len(args.targets), "targets", stream=sys.stderr) as progress:
 
         def done(spec: str, cells: int | None) -> None:
             progress.line(f"  {spec}: {'could not load' if cells is None else f'{cells} checks'}")
@@ -454,6 +473,8 @@ def _matrix(args: argparse.Namespace) -> int:
     print(render(matrix, color=report.use_color(sys.stdout), strict=args.strict))
     if args.json:
         report.write(args.json, json.dumps(matrix.as_json(strict=args.strict), indent=2) + "\n")
+    if matrix.interrupted:
+        return interrupts.exit_code()
     if matrix.target_errors:
         return USAGE_ERROR
     return _exit_code([cell.status for cell in matrix.cells.values()], strict=args.strict)
@@ -497,15 +518,29 @@ def _checks(args: argparse.Namespace) -> int:
 
 
 def _fuzz(args: argparse.Namespace) -> int:
+    from mmharness.fuzz import FINDINGS_ENV
+
+    saved = os.environ.get(FINDINGS_ENV)
+    if args.findings:  # the fuzz guard reads it from the environment; put it back for a caller in-process
+        os.environ[FINDINGS_ENV] = args.findings
+    try:
+        return _run_fuzzer(args)
+    finally:
+        if saved is None:
+            os.environ.pop(FINDINGS_ENV, None)
+        else:
+            os.environ[FINDINGS_ENV] = saved
+
+
+def _run_fuzzer(args: argparse.Namespace) -> int:
     import importlib
     import tempfile
 
-    from mmharness.fuzz import FINDINGS_ENV, Baseline, findings_dir
+    from mmharness.fuzz import Baseline, findings_dir
     from mmharness.targets.base import TargetError
 
     engine = args.parser != CASE_PARSER
-    if args.findings:
-        os.environ[FINDINGS_ENV] = args.findings
+    _writable("--findings", str(findings_dir()), directory=True)
     try:
         baseline = Baseline.load(args.baseline) if args.baseline else None
     except ValueError as error:

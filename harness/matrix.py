@@ -11,8 +11,10 @@ the cells are the same as a serial run's.
 
 from __future__ import annotations
 
+import multiprocessing
+import signal
 from collections.abc import Callable, Sequence
-from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures import Future, ProcessPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -84,6 +86,8 @@ class Matrix:
     releases: dict[str, str] = field(default_factory=dict)
     command: str = ""
     """The command line that made it, kept in the JSON for the atlas."""
+    interrupted: bool = False
+    """Stopped by a signal: only the targets that finished are in it."""
 
     def cell(self, check_id: str, target: str) -> Cell:
         return self.cells[(check_id, target)]
@@ -109,6 +113,7 @@ class Matrix:
         return {
             "format": FORMAT,
             "command": self.command,
+            "interrupted": self.interrupted,
             "targets": [
                 {"spec": t, "release": self.releases.get(t), "error": self.target_errors.get(t)}
                 for t in self.targets
@@ -207,20 +212,54 @@ def run_matrix(
     progress: Callable[[str, int | None], None] | None = None,
     command: str = "",
 ) -> Matrix:
-    """Run each check on each target; a target that does not load gets errors in its column."""
+    """Run each check on each target; a target that does not load gets errors in its column.
+
+    Interrupted (``mmharness.interrupts``), it keeps the targets that finished and
+    says so (``interrupted``); worker processes are stopped.
+    """
     matrix = Matrix(targets=list(specs), checks=[c.id for c in checks], command=command)
     args = [(spec, matrix.checks, profile, max_examples, seed) for spec in specs]
-    if workers > 1 and len(specs) > 1:
-        with ProcessPoolExecutor(max_workers=min(workers, len(specs))) as pool:
-            columns = pool.map(_column, *zip(*args, strict=True))
-            _collect(matrix, specs, columns, progress)
-    else:
-        _collect(matrix, specs, (_column(*a) for a in args), progress)
+    try:
+        if workers > 1 and len(specs) > 1:
+            pool = ProcessPoolExecutor(max_workers=min(workers, len(specs)), initializer=_ignore_signals)
+            try:
+                futures = [pool.submit(_column, *a) for a in args]
+                _collect(matrix, specs, (_waited(future) for future in futures), progress)
+            finally:
+                for child in multiprocessing.active_children():
+                    child.kill()  # a column in progress is not waited for (workers ignore SIGTERM)
+                pool.shutdown(wait=True, cancel_futures=True)
+        else:
+            _collect(matrix, specs, (_column(*a) for a in args), progress)
+    except KeyboardInterrupt:
+        matrix.interrupted = True
+        matrix.targets = [t for t in matrix.targets if any((c, t) in matrix.cells for c in matrix.checks)]
     return matrix
 
 
+def _waited(future: Future) -> tuple:
+    """A worker's column, waited for in short steps so that a signal is heard at once."""
+    from mmharness import interrupts
+
+    while True:
+        interrupts.check()
+        try:
+            return future.result(timeout=0.2)
+        except TimeoutError:
+            continue
+
+
+def _ignore_signals() -> None:
+    """Workers leave signals to the parent, which stops them (a worker's traceback helps nobody)."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+
+
 def _collect(matrix: Matrix, specs: Sequence[str], columns, progress) -> None:
+    from mmharness import interrupts
+
     for spec, (release, error, cells) in zip(specs, columns, strict=True):
+        interrupts.check()
         if error is not None:
             matrix.target_errors[spec] = error
         if release:
@@ -257,4 +296,6 @@ def render(matrix: Matrix, *, color: bool = False, strict: bool = False) -> str:
             lines.append(f"{check_id} [{span.kind}] {where} ({len(span.targets)}): {span.signature}")
     for spec, error in matrix.target_errors.items():
         lines.append(f"{spec}: {error}")
+    if matrix.interrupted:
+        lines.append(f"interrupted: {len(matrix.targets)} target(s) finished")
     return "\n".join(lines)

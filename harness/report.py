@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import os
 import shlex
+import tempfile
 from pathlib import Path
 from typing import TextIO
 from xml.etree import ElementTree
@@ -103,7 +104,8 @@ def finding_details(result: Result, finding: Finding, target_spec: str) -> str:
     ]
     if finding.example:
         case, params = finding.example
-        lines.append("    shrunk case:")
+        shown = "shrunk case" if finding.shrunk else "case as first seen (interrupted before shrinking)"
+        lines.append(f"    {shown}:")
         lines += ("      " + line for line in payload.dumps(case, params=params).splitlines())
     if finding.saved:
         lines += [
@@ -145,6 +147,7 @@ def as_json(
                 "reason": r.reason,
                 "examples": r.examples_run,
                 "first_failure_at": r.first_failure_at,
+                "interrupted": r.interrupted,
                 "findings": [
                     {
                         "kind": f.kind,
@@ -155,6 +158,7 @@ def as_json(
                         "first_failure_at": f.first_failure_at,
                         "case_hash": case_hash(f),
                         "saved": f.saved,
+                        "shrunk": f.shrunk,
                     }
                     for f in r.findings
                 ],
@@ -164,7 +168,9 @@ def as_json(
     }
 
 
-def as_junit(results: list[Result], target_spec: str, *, strict: bool = False) -> str:
+def as_junit(
+    results: list[Result], target_spec: str, *, strict: bool = False, interrupted: bool = False
+) -> str:
     """JUnit XML: a testcase per check; divergences fail, could-not-test errs, hazards fail under strict."""
     suite = ElementTree.Element(
         "testsuite",
@@ -174,6 +180,8 @@ def as_junit(results: list[Result], target_spec: str, *, strict: bool = False) -
         errors=str(sum(r.status == COULD_NOT_TEST for r in results)),
         skipped=str(sum(r.status == SKIPPED for r in results)),
     )
+    properties = ElementTree.SubElement(suite, "properties")
+    ElementTree.SubElement(properties, "property", name="interrupted", value=str(interrupted).lower())
     for r in results:
         case = ElementTree.SubElement(
             suite,
@@ -194,6 +202,38 @@ def as_junit(results: list[Result], target_spec: str, *, strict: bool = False) -
     return ElementTree.tostring(suite, encoding="unicode")
 
 
+def writable(path: str, *, directory: bool = False) -> str | None:
+    """Why ``path`` cannot take an output (``None`` if it can), found by trying, before a run.
+
+    A file output must be a regular file (or not exist yet) in a directory where a
+    file can be created, since ``write`` replaces it atomically; a device such as
+    ``/dev/full`` is refused rather than replaced.
+    """
+    where = Path(path)
+    try:
+        if directory:
+            if where.exists() and not where.is_dir():
+                return "not a directory"
+            where.mkdir(parents=True, exist_ok=True)
+            folder = where
+        else:
+            if where.is_dir():
+                return "is a directory"
+            if where.exists() and not where.is_file():
+                return "not a regular file (a device, a pipe): give a file path"
+            where.parent.mkdir(parents=True, exist_ok=True)
+            folder = where.parent
+        with tempfile.NamedTemporaryFile(dir=folder, prefix=".mmharness-probe-"):
+            pass
+    except OSError as error:
+        return f"cannot write there ({error.strerror or error})"
+    return None
+
+
 def write(path: str, text: str) -> None:
-    Path(path).parent.mkdir(parents=True, exist_ok=True)
-    Path(path).write_text(text)
+    """Write ``text`` to ``path`` atomically: a reader never sees half a report."""
+    target = Path(path)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.NamedTemporaryFile("w", dir=target.parent, prefix=f".{target.name}.", delete=False) as out:
+        out.write(text)
+    os.replace(out.name, target)

@@ -60,6 +60,8 @@ class Finding:
     first_failure_at: int | None
     """How many examples ran until the first one failing this way (before shrinking)."""
     saved: str | None = None
+    shrunk: bool = True
+    """False for a finding kept as first seen, because the run was interrupted while shrinking."""
 
 
 @dataclass
@@ -71,6 +73,7 @@ class Result:
     """Why it was skipped, or the first finding's message."""
     findings: list[Finding] = field(default_factory=list)
     examples_run: int = 0
+    interrupted: bool = False
 
     @property
     def failure(self) -> Failure | None:
@@ -157,22 +160,22 @@ def run_check(
         database = None  # a fixed seed means the same run every time: no history replayed
     search = _Search(check, target, device, budget, database, on_example)
     round_seed = check_seed(check, seed) if fixed else None
-    while search.spent < budget and len(search.findings) < MAX_FINDINGS:
-        if not search.round(round_seed):
-            break
-        round_seed = check_seed(check, round_seed) if fixed else None
-    findings = sorted(
-        search.findings.values(), key=lambda f: (SEVERITY.index(f.kind), f.first_failure_at or 0)
-    )
-    status = status_of(findings)
-    return Result(
-        check,
-        status,
-        device,
-        reason=findings[0].failure.message if findings else "",
-        findings=findings,
-        examples_run=min(search.spent, budget),
-    )
+    try:
+        while search.spent < budget and len(search.findings) < MAX_FINDINGS:
+            if not search.round(round_seed):
+                break
+            round_seed = check_seed(check, round_seed) if fixed else None
+    except KeyboardInterrupt as stop:
+        raise Interrupted(search.result(interrupted=True)) from stop
+    return search.result()
+
+
+class Interrupted(KeyboardInterrupt):
+    """The run was stopped during a check; ``result`` holds what it had found (some maybe unshrunk)."""
+
+    def __init__(self, result: Result) -> None:
+        super().__init__(result.check.id)
+        self.result = result
 
 
 class _Found(Exception):
@@ -206,13 +209,29 @@ class _Search:
     spent: int = 0
     findings: dict[str, Finding] = field(default_factory=dict)
 
+    def result(self, *, interrupted: bool = False) -> Result:
+        findings = sorted(
+            self.findings.values(), key=lambda f: (SEVERITY.index(f.kind), f.first_failure_at or 0)
+        )
+        return Result(
+            self.check,
+            status_of(findings),
+            self.device,
+            reason=findings[0].failure.message if findings else "",
+            findings=findings,
+            examples_run=min(self.spent, self.budget),
+            interrupted=interrupted,
+        )
+
     def round(self, round_seed: int | None) -> bool:
         """One Hypothesis run over the rest of the budget; whether it found a new signature."""
         from hypothesis import HealthCheck, Verbosity, given, settings
         from hypothesis import seed as fixed_seed
+        from mmharness import interrupts
 
         known = set(self.findings)
         first_seen: dict[str, int] = {}
+        first_example: dict[str, tuple[Failure, Example]] = {}
         calls = 0
 
         @settings(
@@ -229,6 +248,7 @@ class _Search:
         @given(self.check.examples(self.device))
         def prop(example: Example) -> None:
             nonlocal calls
+            interrupts.check()
             calls += 1
             if self.on_example is not None:
                 self.on_example(self.spent + calls)
@@ -240,10 +260,17 @@ class _Search:
             if failure is None or failure.signature in known:
                 return
             first_seen.setdefault(failure.signature, calls)
+            first_example.setdefault(failure.signature, (failure, example))
             raise _found_type(failure.signature)(failure, example)  # outside the except: no context
 
         try:
             (prop if round_seed is None else fixed_seed(round_seed)(prop))()
+        except KeyboardInterrupt:  # keep what this round saw, as first seen
+            for signature, (failure, example) in first_example.items():
+                at = self.spent + min(first_seen[signature], self.budget - self.spent)
+                finding = Finding(failure.kind, signature, failure, example, at, shrunk=False)
+                self.findings.setdefault(signature, finding)
+            raise
         except _Found as found:
             self._keep([found], first_seen)
         except Exception as error:  # several findings (a group), or Hypothesis gave up

@@ -215,3 +215,52 @@ def test_a_failing_program_is_saved_with_its_steps_and_replays(capsys, tmp_path)
     bad.write_text(json.dumps(document))
     code, _, err = run(capsys, "replay", str(bad))
     assert code == 2 and "params.steps[0]: requests" in err
+
+
+@pytest.mark.parametrize(
+    ("argv", "words"),
+    [
+        (["check", "--checks", "R4", "--json", "/proc/x"], "--json /proc/x: cannot write there"),
+        (["check", "--checks", "R4", "--junit", "/proc/x"], "--junit /proc/x: cannot write there"),
+        (["check", "--checks", "R4", "--json", "/dev/full"], "--json /dev/full: not a regular file"),
+        (["matrix", "--target", "reference", "--json", "/proc/x"], "--json /proc/x: cannot write there"),
+        (["fuzz", "case-parser", "--findings", "/proc/x"], "--findings /proc/x: cannot write there"),
+        (["check", "--baseline", "/dev/zero"], "--baseline /dev/zero: a baseline larger than 16 MiB"),
+        (["fuzz", "case-parser", "--baseline", "/dev/zero"], "a fuzz baseline larger than 16 MiB"),
+    ],
+)
+def test_outputs_and_inputs_are_refused_before_the_run(capsys, argv, words):
+    code, out, err = run(capsys, *argv)
+    assert code == 2 and words in err and err.count("\n") == 1
+    assert "PASS" not in out, "refused before any check ran"
+
+
+def test_a_deeply_nested_baseline_is_a_usage_error(capsys, tmp_path):
+    deep = tmp_path / "deep.json"
+    deep.write_text("[" * 100_000)
+    for argv in (["check", "--baseline", str(deep)], ["fuzz", "case-parser", "--baseline", str(deep)]):
+        code, _, err = run(capsys, *argv)
+        assert code == 2 and "nested too deeply" in err
+
+
+def test_reports_are_written_atomically(capsys, tmp_path):
+    report = tmp_path / "report.json"
+    report.write_text("old")
+    args = ["check", "--checks", "count", "--json", str(report), "--findings", str(tmp_path)]
+    assert run(capsys, *args)[0] == 0
+    assert json.loads(report.read_text())["format"] == "mmharness.report/2"
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == [], "no temporary file left"
+
+
+def test_a_run_where_everything_was_skipped_is_not_a_success(capsys, tmp_path):
+    lone = tmp_path / "kimi_k3.py"
+    lone.write_text("x = 1\n")  # a model file without Kimi-K3's class: the target lacks every capability
+    code, _, err = run(capsys, "check", "--target", str(lone), "--checks", "R1")
+    assert code == 2 and "holds no SGLang rules" in err
+    code, _, err = run(capsys, "check", "--target", "reference", "--device", "cpu", "--checks", "R6")
+    assert code == 4 and "nothing ran: every check was skipped" in err
+    saved = tmp_path / "cuda-case.json"
+    case = {"format": "mmharness.case/1", "check": "device.cpu_equals_cuda", "device": "cpu", "requests": []}
+    saved.write_text(json.dumps(case))
+    code, _, _ = run(capsys, "replay", str(saved))
+    assert code == 4, "a replay that ran nothing does not read as fixed"
