@@ -6,8 +6,10 @@ Imports stay inside the commands so that ``mmharness --help`` never loads torch.
 from __future__ import annotations
 
 import argparse
+import atexit
 import json
 import os
+import shutil
 import sys
 from pathlib import Path
 
@@ -177,6 +179,10 @@ def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     args.passthrough = passthrough
     args.argv = argv
+    # Hypothesis keeps a little state on disk; the command keeps it in its cache, not in the cwd.
+    from mmharness.targets.loader import cache_dir
+
+    os.environ.setdefault("HYPOTHESIS_STORAGE_DIRECTORY", str(cache_dir() / "hypothesis"))
     command = {
         "check": _check,
         "replay": _replay,
@@ -431,7 +437,11 @@ def _replay_one(path: str, target: str | None, checks: dict, progress):
         raise UsageError(f"{path}: {error}") from None
     check_id = document.provenance.get("check")
     if check_id not in checks:
-        raise UsageError(f"{path}: names no known check ({check_id!r}); `mmharness checks` lists them")
+        named = f"names no known check ({check_id!r})"
+        if check_id is None:
+            named = 'names no check (it has no "check" key)'
+
+        raise UsageError(f"{path}: {named}; `mmharness checks` lists them")
     problem = params_problem(checks[check_id], document.case, document.params)
     if problem:
         raise UsageError(f"{path}: {problem}")
@@ -480,9 +490,31 @@ def _matrix(args: argparse.Namespace) -> int:
     return _exit_code([cell.status for cell in matrix.cells.values()], strict=args.strict)
 
 
+MAX_EXAMPLES = 1_000_000
+
+
 def _check_max_examples(value: int | None) -> None:
-    if value is not None and value < 1:
-        raise UsageError(f"--max-examples must be >= 1, got {value}")
+    if value is not None and not 1 <= value <= MAX_EXAMPLES:
+        raise UsageError(f"--max-examples must be in [1, {MAX_EXAMPLES}], got {value}")
+
+
+def _seed_corpus(parser: str) -> Path:
+    """``corpus/PARSER`` of the current directory, else of the checkout the package runs from."""
+    here = Path("corpus") / parser
+    if here.is_dir():
+        return here
+    return Path(__file__).resolve().parent.parent / "corpus" / parser
+
+
+INTEGER_FLAGS = ("-atheris_runs=", "-runs=", "-max_len=", "-seed=", "-max_total_time=", "-timeout=", "-jobs=")
+
+
+def _check_libfuzzer_args(args: list[str]) -> None:
+    """libFuzzer's integer flags, checked here: atheris answers a bad one with a C++ traceback."""
+    for arg in args:
+        flag = next((f for f in INTEGER_FLAGS if arg.startswith(f)), None)
+        if flag and not arg.removeprefix(flag).lstrip("-").isdigit():
+            raise UsageError(f"{arg}: {flag[:-1]} takes an integer")
 
 
 def _targets(args: argparse.Namespace) -> int:
@@ -559,11 +591,14 @@ def _run_fuzzer(args: argparse.Namespace) -> int:
         import atheris  # noqa: F401
     except ImportError:
         raise UsageError("fuzzing needs atheris: pip install 'mmharness[fuzz]'") from None
-    seeds = args.corpus or str(Path("corpus") / args.parser)
+    seeds = args.corpus or str(_seed_corpus(args.parser))
     if args.corpus and not Path(seeds).is_dir():
         raise UsageError(f"--corpus {seeds}: not a directory")
+    _check_libfuzzer_args(args.passthrough)
     scratch = tempfile.mkdtemp(prefix=f"mmharness-{args.parser}-")
-    dirs = [scratch, *([seeds] if Path(seeds).is_dir() else [])]
+    atexit.register(shutil.rmtree, scratch, ignore_errors=True)  # atheris ends the process itself
+    replaying = any(not arg.startswith("-") and Path(arg).is_file() for arg in args.passthrough)
+    dirs = [] if replaying else [scratch, *([seeds] if Path(seeds).is_dir() else [])]
     libfuzzer = list(args.passthrough)
     if not any(arg.startswith("-artifact_prefix=") for arg in libfuzzer):
         findings_dir().mkdir(parents=True, exist_ok=True)

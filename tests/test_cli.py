@@ -264,3 +264,22 @@ def test_a_run_where_everything_was_skipped_is_not_a_success(capsys, tmp_path):
     saved.write_text(json.dumps(case))
     code, _, _ = run(capsys, "replay", str(saved))
     assert code == 4, "a replay that ran nothing does not read as fixed"
+
+
+def test_fuzz_flags_are_checked_and_scratch_directories_cleaned(capsys, tmp_path):
+    code, _, err = run(capsys, "fuzz", "case-parser", "--", "-atheris_runs=abc")
+    assert code == 2 and "-atheris_runs takes an integer" in err
+
+
+def test_a_case_without_a_check_says_so(capsys, tmp_path):
+    case = tmp_path / "case.json"
+    case.write_text('{"format": "mmharness.case/1", "requests": []}')
+    code, _, err = run(capsys, "replay", str(case))
+    assert code == 2 and 'names no check (it has no "check" key)' in err
+
+
+def test_hypothesis_state_goes_to_the_cache_not_the_current_directory(tmp_path):
+    command = [sys.executable, "-c", "import sys; from mmharness.cli import main; sys.exit(main())"]
+    args = ["check", "--checks", "count", "--max-examples", "5", "--findings", str(tmp_path / "f")]
+    subprocess.run([*command, *args], cwd=tmp_path, check=True, capture_output=True)
+    assert not (tmp_path / ".hypothesis").exists()

@@ -26,6 +26,7 @@ import dis
 import hashlib
 import json
 import os
+import shlex
 import signal
 import sys
 import threading
@@ -298,6 +299,9 @@ def guarded(
         path = write_finding(parser, data, error, payload=decoded, target=target, reason=reason, files=files)
         why = f" ({reason})" if reason else ""
         print(f"mmharness: unexpected {type(error).__name__}{why}; finding saved to {path}", file=sys.stderr)
+        crash = findings_dir() / f"crash-{hashlib.sha1(data).hexdigest()}"  # libFuzzer writes the input there
+        spec = f" --target {shlex.quote(target['spec'])}" if target and target.get("spec") else ""
+        print(f"reproduce with: mmharness fuzz {parser}{spec} -- {shlex.quote(str(crash))}", file=sys.stderr)
         raise error
 
     def test_one_input(data: bytes) -> None:
