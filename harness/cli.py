@@ -43,7 +43,12 @@ def _parser() -> argparse.ArgumentParser:
         epilog=EXIT_CODES,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    check.add_argument("--target", default="reference", help="target spec (default: reference)")
+    check.add_argument(
+        "--target",
+        default="reference",
+        help="reference, mutant:NAME, sglang, sglang==X, a path (a tree holding sglang/ or one rules file),"
+        " or module:attr (your adapter); default: reference",
+    )
     check.add_argument(
         "--checks",
         action="append",
@@ -51,9 +56,16 @@ def _parser() -> argparse.ArgumentParser:
         help="comma-separated check ids, families, rules (R1..R6) or id prefixes; repeatable",
     )
     check.add_argument("--device", choices=("cpu", "cuda", "all"), default="cpu")
-    check.add_argument("--profile", choices=("ci", "dev", "deep"), default="ci")
-    check.add_argument("--max-examples", type=int, metavar="N")
-    check.add_argument("--seed", type=int, metavar="N")
+    check.add_argument(
+        "--profile",
+        choices=("ci", "dev", "deep"),
+        default="ci",
+        help="examples per check: ci 100 from seeds fixed per check (default), dev 300 and deep 3000 random",
+    )
+    check.add_argument("--max-examples", type=int, metavar="N", help="examples per check (1 to 1000000)")
+    check.add_argument(
+        "--seed", type=int, metavar="N", help="other fixed seeds: the same cases every run, not the ci ones"
+    )
     check.add_argument("--junit", metavar="FILE", help="write a JUnit XML report")
     check.add_argument("--json", metavar="FILE", help="write a JSON report")
     check.add_argument(
@@ -71,7 +83,8 @@ def _parser() -> argparse.ArgumentParser:
     )
     check.add_argument(
         "--findings",
-        default=os.environ.get("MMHARNESS_FINDINGS", "findings"),
+        default=os.environ.get("MMHARNESS_FINDINGS") or "findings",
+        type=lambda value: value or "findings",
         metavar="DIR",
         help="where shrunk failing cases are saved (default: ./findings or $MMHARNESS_FINDINGS)",
     )
@@ -98,6 +111,9 @@ def _parser() -> argparse.ArgumentParser:
         "-n", "--workers", type=int, default=1, metavar="N", help="targets run in N processes (default 1)"
     )
     matrix.add_argument("--seed", type=int, metavar="N")
+    matrix.add_argument(
+        "--findings", metavar="DIR", help="save every finding's shrunk case under DIR/TARGET/ (default: none)"
+    )
 
     atlas = sub.add_parser("atlas", help="a matrix's --json as a release atlas (Markdown), with notes")
     atlas.add_argument("matrix", metavar="MATRIX.json", help="written by `mmharness matrix --json`")
@@ -479,8 +495,13 @@ def _matrix(args: argparse.Namespace) -> int:
             workers=args.workers,
             progress=done,
             command=_command_line(args.argv),
+            findings=args.findings,
         )
     print(render(matrix, color=report.use_color(sys.stdout), strict=args.strict))
+    for (check_id, spec), cell in matrix.cells.items():
+        for seen in cell.findings:
+            if seen.saved:
+                print(f"{check_id} on {spec}: reproduce with: {report.replay_command(seen.saved, spec)}")
     if args.json:
         report.write(args.json, json.dumps(matrix.as_json(strict=args.strict), indent=2) + "\n")
     if matrix.interrupted:

@@ -16,6 +16,7 @@ import signal
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ProcessPoolExecutor
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from mmharness.checks.outcome import COULD_NOT_TEST, DIVERGENCE, HAZARD
@@ -43,6 +44,8 @@ class Seen:
     signature: str
     message: str
     first_failure_at: int | None
+    saved: str | None = None
+    """The shrunk case, when the matrix was asked to save findings."""
 
 
 @dataclass(frozen=True)
@@ -178,9 +181,15 @@ class Matrix:
 
 
 def _column(
-    spec: str, check_ids: Sequence[str], profile: str, max_examples: int | None, seed: int | None
+    spec: str,
+    check_ids: Sequence[str],
+    profile: str,
+    max_examples: int | None,
+    seed: int | None,
+    findings: str | None = None,
 ) -> tuple[str | None, str | None, dict[str, Cell]]:
     """One target's cells: ``(release, load error, check id -> cell)``; runs in a worker process."""
+    from mmharness import report
     from mmharness.checks import all_checks
     from mmharness.targets.base import TargetError
     from mmharness.targets.specs import resolve
@@ -194,10 +203,13 @@ def _column(
     cells = {}
     for check_id in check_ids:
         result = run_check(checks[check_id], target, profile=profile, max_examples=max_examples, seed=seed)
-        findings = tuple(
-            Seen(f.kind, f.signature, f.failure.message, f.first_failure_at) for f in result.findings
-        )
-        cells[check_id] = Cell(result.status, result.reason, result.examples_run, findings)
+        seen = []
+        for f in result.findings:
+            saved = None
+            if findings is not None and f.example is not None:
+                saved = report.save(result, f, spec, Path(findings) / _slug(spec))
+            seen.append(Seen(f.kind, f.signature, f.failure.message, f.first_failure_at, saved))
+        cells[check_id] = Cell(result.status, result.reason, result.examples_run, tuple(seen))
     return (str(release) if release else None), None, cells
 
 
@@ -211,6 +223,7 @@ def run_matrix(
     workers: int = 1,
     progress: Callable[[str, int | None], None] | None = None,
     command: str = "",
+    findings: str | None = None,
 ) -> Matrix:
     """Run each check on each target; a target that does not load gets errors in its column.
 
@@ -218,7 +231,7 @@ def run_matrix(
     says so (``interrupted``); worker processes are stopped.
     """
     matrix = Matrix(targets=list(specs), checks=[c.id for c in checks], command=command)
-    args = [(spec, matrix.checks, profile, max_examples, seed) for spec in specs]
+    args = [(spec, matrix.checks, profile, max_examples, seed, findings) for spec in specs]
     try:
         if workers > 1 and len(specs) > 1:
             pool = ProcessPoolExecutor(max_workers=min(workers, len(specs)), initializer=_ignore_signals)
@@ -235,6 +248,11 @@ def run_matrix(
         matrix.interrupted = True
         matrix.targets = [t for t in matrix.targets if any((c, t) in matrix.cells for c in matrix.checks)]
     return matrix
+
+
+def _slug(spec: str) -> str:
+    """A directory name for a target's saved findings."""
+    return "".join(c if c.isalnum() or c in ".=-" else "_" for c in spec).strip("_") or "target"
 
 
 def _waited(future: Future) -> tuple:

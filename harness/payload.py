@@ -121,6 +121,10 @@ def load_document(path: str | os.PathLike[str]) -> Document:
     """Like ``load``, keeping the provenance."""
     with open(path, "rb") as file:
         data = file.read(MAX_TEXT_BYTES + 1)  # enough to see it is too long, never more
+        if len(data) > MAX_TEXT_BYTES:
+            size = os.fstat(file.fileno()).st_size
+            shown = f"{size} bytes" if size > MAX_TEXT_BYTES else "more bytes"
+            raise PayloadError("$", f"the file holds {shown}, over the limit of {MAX_TEXT_BYTES} bytes")
     return loads_document(data)
 
 

@@ -283,3 +283,30 @@ def test_hypothesis_state_goes_to_the_cache_not_the_current_directory(tmp_path):
     args = ["check", "--checks", "count", "--max-examples", "5", "--findings", str(tmp_path / "f")]
     subprocess.run([*command, *args], cwd=tmp_path, check=True, capture_output=True)
     assert not (tmp_path / ".hypothesis").exists()
+
+
+def test_a_matrix_saves_findings_with_replay_lines(capsys, tmp_path):
+    args = ["matrix", "--target", "reference", "--target", "mutant:count_inclusive_end", "--checks", "count"]
+    code, out, _ = run(capsys, *args, "--findings", str(tmp_path))
+    assert code == 1
+    (saved,) = (tmp_path / "mutant_count_inclusive_end").glob("count.matches_reference-*.json")
+    assert f"reproduce with: mmharness replay {saved} --target mutant:count_inclusive_end" in out
+
+
+def test_files_that_cannot_be_used_say_why_in_one_line(capsys, tmp_path):
+    big = tmp_path / "big.json"
+    big.write_bytes(b" " * (3 << 20))
+    code, _, err = run(capsys, "replay", str(big))
+    assert code == 2 and f"the file holds {3 << 20} bytes, over the limit of 1048576 bytes" in err
+    broken = tmp_path / "fork" / "sglang" / "srt" / "managers"
+    broken.mkdir(parents=True)
+    (broken / "mm_schedule.py").write_text("def broken(:\n")
+    code, _, err = run(capsys, "check", "--target", str(tmp_path / "fork"))
+    assert code == 2 and "could not load its rules files (mm_schedule.py: SyntaxError" in err
+
+
+def test_an_empty_findings_option_means_the_default(capsys, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    args = ["check", "--target", "mutant:count_inclusive_end", "--checks", "count", "--findings", ""]
+    code, _, _ = run(capsys, *args)
+    assert code == 1 and list((tmp_path / "findings").glob("count.matches_reference-*.json"))

@@ -642,3 +642,16 @@ def test_missing_release(harness_cache):
     with pytest.raises(TargetError) as error:
         resolve("sglang==0.4.99")
     assert "not on the package index" in _one_line(error)
+
+
+def test_a_download_killed_midway_is_cleaned_up_later(tmp_path, monkeypatch):
+    monkeypatch.setenv("MMHARNESS_CACHE", str(tmp_path))
+    target = releases.release_dir("sglang", "9.9.9")
+    target.parent.mkdir(parents=True)
+    abandoned, fresh = target.parent / ".sglang-9.9.9.old", target.parent / ".sglang-9.9.9.now"
+    abandoned.mkdir()
+    fresh.mkdir()
+    old = os.stat(abandoned).st_mtime - 2 * releases.ABANDONED_S
+    os.utime(abandoned, (old, old))
+    releases._remove_abandoned(target)
+    assert not abandoned.exists() and fresh.exists(), "a download in progress elsewhere is left alone"

@@ -20,6 +20,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
 import zipfile
 from pathlib import Path
 
@@ -69,6 +70,7 @@ def fetch(package: str, version: str, members: tuple[str, ...], *, example: str)
     if (target / COMPLETE).is_file():
         return target
     target.parent.mkdir(parents=True, exist_ok=True)
+    _remove_abandoned(target)
     with tempfile.TemporaryDirectory(dir=target.parent, prefix=f".{target.name}.") as scratch:
         wheel = _download(package, version, Path(scratch) / "wheel")
         unpacked = Path(scratch) / "unpacked"
@@ -80,6 +82,19 @@ def fetch(package: str, version: str, members: tuple[str, ...], *, example: str)
                 shutil.rmtree(target, ignore_errors=True)
                 os.rename(unpacked, target)
     return target
+
+
+ABANDONED_S = 3600
+
+
+def _remove_abandoned(target: Path) -> None:
+    """Scratch directories of downloads killed midway (a fetch that ran to its end leaves none)."""
+    for scratch in target.parent.glob(f".{target.name}.*"):
+        try:
+            if time.time() - scratch.stat().st_mtime > ABANDONED_S:
+                shutil.rmtree(scratch, ignore_errors=True)
+        except OSError:
+            continue
 
 
 def _download(package: str, version: str, into: Path) -> Path:

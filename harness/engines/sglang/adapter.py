@@ -170,14 +170,7 @@ class SGLangTarget:
         self._rules = rules_module(engine)
         self._item_type = engine.shims.item_type
         if not self.capabilities:
-            errors = "; ".join(f"{n}: {e}" for n, e in engine.errors.items())
-            unknown = [f.problem for f in self.functions.found.values() if f.problem]
-            raise TargetError(
-                f"{engine.source.origin} holds no SGLang rules the harness can call"
-                + (f" ({errors})" if errors else "")
-                + (f" ({'; '.join(unknown)})" if unknown else "")
-                + "; point at an SGLang release 0.4.6 or later"
-            )
+            raise TargetError(_why_nothing(engine, self.functions))
 
     # describe ---------------------------------------------------------------------
 
@@ -482,6 +475,23 @@ class SGLangTarget:
             ),
             part.feature,
         )
+
+
+def _why_nothing(engine: loader.Engine, functions: Functions) -> str:
+    """Why a load gave nothing to call: its files did not load, its forms are unknown, or it has no rules."""
+    origin = engine.source.origin
+    if engine.errors and not engine.modules:
+        errors = "; ".join(f"{engine.source.files[n].name}: {e}" for n, e in engine.errors.items())
+        return f"{origin}: could not load its rules files ({errors}); fix the file or point at another tree"
+    unknown = [f.problem for f in functions.found.values() if f.problem]
+    if unknown:
+        return f"{origin}: its rule functions have call forms the harness does not know: {'; '.join(unknown)}"
+    errors = "; ".join(f"{n}: {e}" for n, e in engine.errors.items())
+    return (
+        f"{origin} holds no SGLang rules the harness can call"
+        + (f" ({errors})" if errors else "")
+        + "; point at an SGLang release 0.4.6 or later"
+    )
 
 
 class _IdentityTower:
