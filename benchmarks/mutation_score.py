@@ -129,7 +129,7 @@ def run_worker(copy: Path, jobs: list[dict]) -> list[dict]:
             continue
         rules.write_text(mutated)
         started = time.perf_counter()
-        code = check(copy, "--baseline", str(baseline))
+        code = check(copy, "--baseline", str(baseline), "--fail-fast")
         rules.write_text(original)
         outcome = OUTCOMES.get(code, f"exit {code}")
         lines = difflib.unified_diff(original.splitlines(True), mutated.splitlines(True), n=0)

@@ -76,6 +76,9 @@ def _parser() -> argparse.ArgumentParser:
     check.add_argument("--write-baseline", metavar="FILE", help="write this run's findings as a baseline")
     check.add_argument("--strict", action="store_true", help="hazards and could-not-test fail the run too")
     check.add_argument(
+        "--fail-fast", action="store_true", help="stop at the first check that fails the run"
+    )
+    check.add_argument(
         "--database",
         metavar="SPEC",
         help="where failing examples are kept and replayed first: none, a directory, github:OWNER/REPO,"
@@ -298,6 +301,10 @@ def _check(args: argparse.Namespace) -> int:
                         )
                         keep(result)
                         progress.line(report.result_line(result, color=color))
+                        if args.fail_fast and _fails(result, known, args.strict):
+                            raise _FailedFast
+        except _FailedFast:
+            print("\n--fail-fast: stopped after the first check that fails the run", flush=True)
         except KeyboardInterrupt as stop:  # report what ran, and what the check in progress found
             interrupted = True
             if isinstance(stop, Interrupted):
@@ -384,6 +391,17 @@ def _command_line(argv: list[str]) -> str:
         line.append(word)
     lines.append(shlex.join(line))
     return " \\\n    ".join(lines)
+
+
+class _FailedFast(Exception):
+    """``--fail-fast`` met a check that fails the run."""
+
+
+def _fails(result, known, strict: bool) -> bool:
+    from mmharness.runner import fails_run
+
+    new = [f for f in result.findings if known is None or not known.tolerates(result, f)]
+    return any(fails_run(f.kind, strict=strict) for f in new)
 
 
 def _exit_code(kinds: list[str], *, strict: bool) -> int:
