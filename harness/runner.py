@@ -225,7 +225,7 @@ class _Search:
 
     def round(self, round_seed: int | None) -> bool:
         """One Hypothesis run over the rest of the budget; whether it found a new signature."""
-        from hypothesis import HealthCheck, Verbosity, given, settings
+        from hypothesis import HealthCheck, Phase, Verbosity, given, settings
         from hypothesis import seed as fixed_seed
         from mmharness import interrupts
 
@@ -244,6 +244,8 @@ class _Search:
             print_blob=False,
             verbosity=Verbosity.quiet,
             suppress_health_check=[HealthCheck.too_slow],
+            # No explain phase: it replays each shrunk example many times for a comment nobody reads here.
+            phases=[p for p in Phase if p is not Phase.explain],
         )
         @given(self.check.examples(self.device))
         def prop(example: Example) -> None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
+import signal
 import subprocess
 import sys
 
@@ -55,7 +56,11 @@ def test_hypofuzz_fuzzes_the_checks_for_a_bounded_time(tmp_path):
         shutil.which("hypothesis") or "hypothesis",
         *("fuzz", "-n", "1", "--no-dashboard", "--", "--pyargs", "mmharness.given_suite", "-k", "count"),
     ]
-    with contextlib.suppress(subprocess.TimeoutExpired):  # it fuzzes until stopped
-        subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, timeout=40, check=False)
+    fuzzer = subprocess.Popen(command, cwd=tmp_path, env=env, start_new_session=True)
+    try:
+        with contextlib.suppress(subprocess.TimeoutExpired):  # it fuzzes until stopped
+            fuzzer.wait(timeout=40)
+    finally:
+        os.killpg(fuzzer.pid, signal.SIGKILL)  # its worker processes too
     saved = list((tmp_path / ".hypothesis" / "examples").rglob("*"))
     assert saved, "HypoFuzz ran the checks and kept what it found in the shared example database"

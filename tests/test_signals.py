@@ -6,31 +6,41 @@ sends the signal and reads what it left behind.
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
 
+import pytest
 
-def start(tmp_path: Path, *args: str) -> subprocess.Popen:
-    command = [sys.executable, "-c", "import sys; from mmharness.cli import main; sys.exit(main())", *args]
-    return subprocess.Popen(command, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-
-
-def wait_for(path: Path, timeout: float = 60) -> None:
-    """Until ``path`` exists (the run has reached the point the test needs)."""
-    deadline = time.monotonic() + timeout
-    while not path.exists():
-        assert time.monotonic() < deadline, f"{path} never appeared"
-        time.sleep(0.1)
+CLI = "import sys; from mmharness.cli import main; sys.exit(main())"
 
 
-def test_ctrl_c_while_shrinking_keeps_the_finding_unshrunk(tmp_path):
+@pytest.fixture
+def start(tmp_path: Path):
+    """Start the CLI in a process group of its own; whatever the test's outcome, nothing is left running."""
+    started: list[subprocess.Popen] = []
+
+    def run(*args: str) -> subprocess.Popen:
+        command = [sys.executable, "-c", CLI, *args]
+        pipes = {"stdout": subprocess.PIPE, "stderr": subprocess.PIPE, "text": True}
+        process = subprocess.Popen(command, cwd=tmp_path, start_new_session=True, **pipes)
+        started.append(process)
+        return process
+
+    yield run
+    for process in started:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGKILL)
+
+
+def test_ctrl_c_while_shrinking_keeps_the_finding_unshrunk(tmp_path, start):
     findings, report = tmp_path / "findings", tmp_path / "report.json"
     run = start(
-        tmp_path,
         *("check", "--target", "mutant:resume_from_last_chunk", "--checks", "prefill.stateful"),
         *("--profile", "deep", "--json", str(report), "--findings", str(findings)),
     )
@@ -46,10 +56,9 @@ def test_ctrl_c_while_shrinking_keeps_the_finding_unshrunk(tmp_path):
     assert all(Path(f["saved"]).is_file() for f in result["findings"])
 
 
-def test_sigterm_reports_the_checks_that_ran(tmp_path):
+def test_sigterm_reports_the_checks_that_ran(tmp_path, start):
     report, junit = tmp_path / "report.json", tmp_path / "junit.xml"
     run = start(
-        tmp_path,
         *("check", "--profile", "deep", "--checks", "chunk", "--checks", "count"),
         *("--json", str(report), "--junit", str(junit), "--findings", str(tmp_path / "f")),
     )
@@ -62,10 +71,10 @@ def test_sigterm_reports_the_checks_that_ran(tmp_path):
     assert "passed" in out.splitlines()[-1]  # the summary line
 
 
-def test_ctrl_c_stops_a_matrix_and_its_workers(tmp_path):
+def test_ctrl_c_stops_a_matrix_and_its_workers(tmp_path, start):
     report = tmp_path / "matrix.json"
     targets = [arg for name in ("reference", "mutant:chunk_end_inclusive") * 3 for arg in ("--target", name)]
-    run = start(tmp_path, "matrix", "-n", "2", *targets, "--profile", "deep", "--json", str(report))
+    run = start("matrix", "-n", "2", *targets, "--profile", "deep", "--json", str(report))
     time.sleep(8)
     run.send_signal(signal.SIGINT)
     out, err = run.communicate(timeout=60)
