@@ -431,7 +431,7 @@ class EngineModel:
 
     def adjust_embedding_length(self, embedding: torch.Tensor, wanted: int) -> torch.Tensor:
         """Keep the last ``wanted`` rows (upstream's compromise); too few rows is an error."""
-        have = embedding.shape[0]
+        have = embedding.shape[-2]
         if have < wanted:
             if self.bug == "adjust_no_raise_on_short":
                 return embedding
@@ -443,10 +443,10 @@ class EngineModel:
             )
             raise error(f"{prefix}: {wanted} placeholders vs {have} rows")
         if self.bug == "adjust_keeps_first":
-            return embedding[:wanted]
+            return _rows(embedding, 0, wanted)
         if self.bug == "adjust_zero_keeps_all":
-            return embedding[-wanted:]
-        return embedding[have - wanted :]
+            return embedding[..., -wanted:, :]
+        return _rows(embedding, have - wanted, have)
 
     # R5 -----------------------------------------------------------------------
 

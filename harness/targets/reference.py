@@ -83,8 +83,8 @@ class ReferenceTarget:
         return reference.count_mm_tokens(case)
 
     def adjust_embedding_length(self, embedding: torch.Tensor, wanted: int) -> torch.Tensor:
-        kept = reference.adjust_embedding_length(embedding.shape[0], wanted)
-        return embedding[kept.start : kept.stop]
+        kept = reference.adjust_embedding_length(embedding.shape[-2], wanted)  # rows: [n, H] or [1, n, H]
+        return embedding[..., kept.start : kept.stop, :]
 
     def image_feature(self, case: Case, items: Sequence[FeatureItem]) -> torch.Tensor:
         import torch
