@@ -46,8 +46,9 @@ def _parser() -> argparse.ArgumentParser:
     check.add_argument(
         "--target",
         default="reference",
-        help="reference, mutant:NAME, sglang, sglang==X, a path (a tree holding sglang/ or one rules file),"
-        " or module:attr (your adapter); default: reference",
+        help="reference, mutant:NAME, an engine release (ENGINE or ENGINE==X), a path (a tree holding the"
+        " engine's package or one rules file), or module:attr (your adapter); `mmharness targets` lists"
+        " every form; default: reference",
     )
     check.add_argument(
         "--checks",

@@ -55,7 +55,7 @@ def test_mutant_fails_and_its_finding_replays(capsys, tmp_path):
         (["check", "--target", "nonsense"], "unknown target 'nonsense'"),
         (["check", "--target", "mutant:nope"], "unknown mutant 'nope'"),
         (["check", "--checks", "chunk.nope"], "unknown check 'chunk.nope'"),
-        (["check", "--max-examples", "0"], "--max-examples must be >= 1"),
+        (["check", "--max-examples", "0"], "--max-examples must be in [1, 1000000], got 0"),
         (["check", "--baseline", "/nonexistent/report.json"], "--baseline /nonexistent/report.json"),
         (["replay", "/nonexistent/case.json"], "/nonexistent/case.json"),
     ],
