@@ -54,7 +54,9 @@ import pytest
 from hypothesis import given, settings, strategies as st
 from hypothesis.database import DirectoryBasedExampleDatabase
 
-settings.register_profile("mine", max_examples=7, derandomize=False, database=DirectoryBasedExampleDatabase(".mine-db"))
+settings.register_profile(
+    "mine", max_examples=7, derandomize=False, database=DirectoryBasedExampleDatabase(".mine-db")
+)
 settings.load_profile("mine")
 
 

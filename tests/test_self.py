@@ -106,5 +106,7 @@ def test_the_stateful_check_kills_the_other_multi_step_bugs(name):
 
 def test_the_stateful_check_sees_a_collision_served_across_steps():
     """A cache keyed by hash alone serves an earlier step's rows to a later item of another size."""
-    result = run_check(CHECKS["prefill.stateful"], resolve("mutant:prefill_cache_ignores_row_count"), profile="ci")
+    result = run_check(
+        CHECKS["prefill.stateful"], resolve("mutant:prefill_cache_ignores_row_count"), profile="ci"
+    )
     assert result.status == HAZARD, result.reason
