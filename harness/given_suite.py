@@ -23,7 +23,7 @@ from hypothesis import HealthCheck, given, settings
 from mmharness.checks import all_checks
 from mmharness.checks.outcome import Failure
 from mmharness.checks.registry import Check
-from mmharness.runner import fails_run, run_example, skip_reason
+from mmharness.runner import fails_run, run_swept, skip_reason
 from mmharness.targets.base import Target
 
 DEVICE = os.environ.get("MMHARNESS_DEVICE", "cpu")
@@ -45,7 +45,7 @@ def run(check: Check, example) -> None:
 
         pytest.skip(reason)
     try:
-        run_example(check, target(), example)
+        run_swept(check, target(), example)
     except Failure as failure:
         if fails_run(failure.kind, strict=os.environ.get("MMHARNESS_STRICT") == "1"):
             raise

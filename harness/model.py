@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass
+from functools import cached_property
 from typing import NamedTuple
 
 DTYPES = ("float32", "float16", "bfloat16")
@@ -62,7 +63,7 @@ class Item:
     grid_key: str = "image_grid_thw"
     rows: int | None = None
 
-    @property
+    @cached_property  # asked for every row of every window: worth remembering
     def token_count(self) -> int:
         return sum(end - start + 1 for start, end in self.spans)
 

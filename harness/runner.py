@@ -18,7 +18,7 @@ that share a strategy do not test the same cases.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -74,6 +74,8 @@ class Result:
     findings: list[Finding] = field(default_factory=list)
     examples_run: int = 0
     interrupted: bool = False
+    cases_run: int = 0
+    """Cases checked: the examples drawn, and for a check that sweeps, their other windows."""
 
     @property
     def failure(self) -> Failure | None:
@@ -93,6 +95,32 @@ def cuda_available() -> bool:
     import torch
 
     return torch.cuda.is_available()
+
+
+def cases_of(check: Check, example: Example) -> Iterator[Example]:
+    """The drawn example, then (for a check that sweeps) the same layout under other windows."""
+    yield example
+    if check.sweeps:
+        from mmharness.windows import windows_of
+
+        case, params = example
+        for moved in windows_of(case):
+            yield moved, params
+
+
+def run_swept(check: Check, target: Target, example: Example) -> int:
+    """Run every case of a drawn example; how many ran. A ``Failure`` carries the case that failed
+    as ``failure.example``, so the layout is shrunk but one window is saved and replayed."""
+    ran = 0
+    for one in cases_of(check, example):
+        ran += 1
+        try:
+            run_example(check, target, one)
+        except Failure as failure:
+            failure.example = one
+            failure.cases = ran
+            raise
+    return ran
 
 
 def run_example(check: Check, target: Target, example: Example) -> None:
@@ -207,6 +235,7 @@ class _Search:
     database: Any = None
     on_example: Callable[[int], None] | None = None
     spent: int = 0
+    cases: int = 0
     findings: dict[str, Finding] = field(default_factory=dict)
 
     def result(self, *, interrupted: bool = False) -> Result:
@@ -221,6 +250,7 @@ class _Search:
             findings=findings,
             examples_run=min(self.spent, self.budget),
             interrupted=interrupted,
+            cases_run=self.cases,
         )
 
     def round(self, round_seed: int | None) -> bool:
@@ -256,14 +286,16 @@ class _Search:
                 self.on_example(self.spent + calls)
             failure = None
             try:
-                run_example(self.check, self.target, example)
+                self.cases += run_swept(self.check, self.target, example)
             except Failure as caught:
                 failure = caught
+                self.cases += caught.cases
             if failure is None or failure.signature in known:
                 return
             first_seen.setdefault(failure.signature, calls)
-            first_example.setdefault(failure.signature, (failure, example))
-            raise _found_type(failure.signature)(failure, example)  # outside the except: no context
+            first_example.setdefault(failure.signature, (failure, failure.example))
+            # raised outside the except: no context
+            raise _found_type(failure.signature)(failure, failure.example)
 
         try:
             (prop if round_seed is None else fixed_seed(round_seed)(prop))()

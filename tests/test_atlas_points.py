@@ -24,7 +24,7 @@ ROOT = Path(__file__).parent.parent
 PRECOMPUTED = "precomputed.matches_reference"
 POINTS = [
     ("0.4.6", "embed_mask.matches_reference", "rows in mask order", None),
-    ("0.4.7", PRECOMPUTED, "precomputed embedding: more rows", "0.5.7"),
+    ("0.4.7", PRECOMPUTED, "precomputed embedding: more rows", "0.5.10"),  # 0.5.7-0.5.9: per-item index
     ("0.5.8", PRECOMPUTED, "raised IndexError in _get_precomputed_embedding", "0.5.10"),
     ("0.5.21", PRECOMPUTED, "raised RuntimeError in _get_precomputed_embedding", "0.5.22"),
     ("0.5.22", "grid.split_matches_reference", "split items: fewer entries", "0.5.23"),

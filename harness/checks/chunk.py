@@ -48,7 +48,7 @@ def _chunk(target: Target, case: Case, r: int):
     return observe(partial(target.embedding_chunk, embedding, case, r))
 
 
-@check("chunk.matches_reference", rule="R1", family=DIFFERENTIAL, needs={CHUNK}, examples=_cases)
+@check("chunk.matches_reference", rule="R1", family=DIFFERENTIAL, needs={CHUNK}, examples=_cases, sweeps=True)
 def matches_reference(target: Target, case: Case, params: dict) -> None:
     """Each request's chunk, start and end equal the reference's."""
     for r, request in enumerate(case.requests):

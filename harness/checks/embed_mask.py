@@ -36,6 +36,7 @@ def _cases(device: str):
     family=DIFFERENTIAL,
     needs={EMBED_AND_MASK},
     examples=_cases,
+    sweeps=True,
 )
 def matches_reference(target: Target, case: Case, params: dict) -> None:
     """The mask marks exactly the placeholders and the rows, in mask order, are the reference's.

@@ -39,6 +39,10 @@ class Failure(AssertionError):
         self.expected = expected
         self.actual = actual
         self.signature = signature or template(message)
+        self.example: Any = None
+        """The example that failed, when the runner checked several per draw (``runner.run_swept``)."""
+        self.cases = 1
+        """How many cases that draw had checked when this one failed."""
 
 
 class Hazard(Failure):

@@ -33,6 +33,7 @@ def _precomputed(target: Target, case: Case) -> Outcome:
     family=DIFFERENTIAL,
     needs={PRECOMPUTED},
     examples=_cases("all", "all", "partial", "none"),
+    sweeps=True,
 )
 def matches_reference(target: Target, case: Case, params: dict) -> None:
     """The batch's precomputed rows, ``None`` fallback or partial-coverage error equal the reference's.

@@ -53,7 +53,9 @@ def run(
     return observe(call), encoder
 
 
-@check("prefill.matches_reference", rule="R3", family=DIFFERENTIAL, needs={PREFILL}, examples=_cases)
+@check(
+    "prefill.matches_reference", rule="R3", family=DIFFERENTIAL, needs={PREFILL}, examples=_cases, sweeps=True
+)
 @collisions_are_hazards
 def matches_reference(target: Target, case: Case, params: dict) -> None:
     """The encoder path's rows equal the reference's; a hash collision may instead raise a clear error."""
@@ -73,7 +75,7 @@ def _refused_collision(case: Case, outcome: Outcome) -> bool:
     return outcome.raised and is_clear_error(outcome.error) and reference.has_collision(case)
 
 
-@check("prefill.encoder_calls", rule="R3", family=HAZARD, needs={PREFILL}, examples=_cases)
+@check("prefill.encoder_calls", rule="R3", family=HAZARD, needs={PREFILL}, examples=_cases, sweeps=True)
 def encoder_calls(target: Target, case: Case, params: dict) -> None:
     """Only items inside a window are encoded, each ``(hash, token count)`` at most once per batch.
 
@@ -111,7 +113,9 @@ def _row_bytes(case: Case) -> int:
     return (4 if case.dtype == "float32" else 2) * case.hidden
 
 
-@check("prefill.cache_independent", rule="R3", family=METAMORPHIC, needs={PREFILL}, examples=_cases)
+@check(
+    "prefill.cache_independent", rule="R3", family=METAMORPHIC, needs={PREFILL}, examples=_cases, sweeps=True
+)
 @collisions_are_hazards
 def cache_independent(target: Target, case: Case, params: dict) -> None:
     """Cold, warm, tiny, zero-size and evicting caches all give the cold cache's result."""
@@ -129,7 +133,9 @@ def cache_independent(target: Target, case: Case, params: dict) -> None:
         same(case, f"{name} cache (size {size}) vs cold", cold, run(target, case, cache=cache)[0])
 
 
-@check("prefill.path_independent", rule="R3", family=METAMORPHIC, needs={PREFILL}, examples=_cases)
+@check(
+    "prefill.path_independent", rule="R3", family=METAMORPHIC, needs={PREFILL}, examples=_cases, sweeps=True
+)
 @collisions_are_hazards
 def path_independent(target: Target, case: Case, params: dict) -> None:
     """The per-request path and a list-per-item encoder give the batched tensor-encoder result."""

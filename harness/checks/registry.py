@@ -42,6 +42,8 @@ class Check:
     needs_cuda: bool = False
     params: tuple[str, ...] = ()
     """The keys its examples carry beside the case (validated when a saved example is replayed)."""
+    sweeps: bool = False
+    """Whether each drawn case is also checked under other windows (``mmharness.windows``)."""
 
 
 CHECKS: dict[str, Check] = {}
@@ -57,6 +59,7 @@ def check(
     examples: Callable[[str], SearchStrategy[Example]],
     needs_cuda: bool = False,
     params: tuple[str, ...] = (),
+    sweeps: bool = False,
 ) -> Callable[[Property], Property]:
     """Register the decorated function as the property of a check."""
     if family not in FAMILIES:
@@ -75,6 +78,7 @@ def check(
             (prop.__doc__ or "").strip().splitlines()[0].replace("``", ""),
             needs_cuda,
             params,
+            sweeps,
         )
         return prop
 

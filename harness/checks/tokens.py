@@ -32,7 +32,7 @@ def _lengths(min_wanted: int, max_wanted: int):
     return examples
 
 
-@check("count.matches_reference", rule="R4", family=DIFFERENTIAL, needs={COUNT}, examples=_cases)
+@check("count.matches_reference", rule="R4", family=DIFFERENTIAL, needs={COUNT}, examples=_cases, sweeps=True)
 def count_matches_reference(target: Target, case: Case, params: dict) -> None:
     """The count equals the reference's and the placeholder count of the mask built from input_ids."""
     import torch

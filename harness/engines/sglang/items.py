@@ -14,6 +14,7 @@ attribute the engine reads becomes a *could not test* verdict naming it.
 from __future__ import annotations
 
 import ast
+import copy
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import lru_cache
@@ -76,11 +77,15 @@ def _default(value: ast.expr | None) -> Callable[[], Any]:
     if value is None:
         return _none
     try:
-        ast.literal_eval(value)
+        literal = ast.literal_eval(value)
     except ValueError:
         pass
     else:
-        return lambda: ast.literal_eval(value)  # a fresh object each time, as a default must be
+        try:
+            hash(literal)
+        except TypeError:  # mutable: a fresh object each time, as a default must be
+            return lambda: copy.deepcopy(literal)
+        return lambda: literal
     if isinstance(value, ast.Call):
         for keyword in value.keywords:
             if keyword.arg == "default_factory" and isinstance(keyword.value, ast.Name):
