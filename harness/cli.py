@@ -12,6 +12,10 @@ import os
 import shutil
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from mmharness.model import Case
 
 PASSED_EXIT, DIVERGED, USAGE_ERROR, COULD_NOT_TEST_EXIT, NOTHING_RAN = 0, 1, 2, 3, 4
 EXIT_CODES = """exit codes:
@@ -76,8 +80,13 @@ def _parser() -> argparse.ArgumentParser:
     )
     check.add_argument("--write-baseline", metavar="FILE", help="write this run's findings as a baseline")
     check.add_argument("--strict", action="store_true", help="hazards and could-not-test fail the run too")
+    check.add_argument("--fail-fast", action="store_true", help="stop at the first check that fails the run")
     check.add_argument(
-        "--fail-fast", action="store_true", help="stop at the first check that fails the run"
+        "-n",
+        "--workers",
+        default="1",
+        metavar="N",
+        help="checks run in N processes, or auto: one per core; the same results as one (default 1)",
     )
     check.add_argument(
         "--database",
@@ -96,6 +105,7 @@ def _parser() -> argparse.ArgumentParser:
     replay = sub.add_parser("replay", help="re-run saved cases")
     replay.add_argument("cases", nargs="+", metavar="CASE.json")
     replay.add_argument("--target", help="target spec (default: the one the case was saved from)")
+    replay.add_argument("-n", "--workers", default="1", metavar="N", help="replay in N processes, or auto")
 
     matrix = sub.add_parser("matrix", help="run checks over several targets; a check x target table")
     matrix.add_argument(
@@ -112,7 +122,7 @@ def _parser() -> argparse.ArgumentParser:
     matrix.add_argument("--json", metavar="FILE", help="write the table as JSON")
     matrix.add_argument("--strict", action="store_true", help="hazards count as failing")
     matrix.add_argument(
-        "-n", "--workers", type=int, default=1, metavar="N", help="targets run in N processes (default 1)"
+        "-n", "--workers", default="1", metavar="N", help="targets run in N processes, or auto: one per core"
     )
     matrix.add_argument("--seed", type=int, metavar="N")
     matrix.add_argument(
@@ -258,10 +268,12 @@ def _check(args: argparse.Namespace) -> int:
     from mmharness import baseline, interrupts, report
     from mmharness.progress import Progress, summary_table
     from mmharness.runner import Interrupted, cuda_available, run_check
+    from mmharness.workers import ordered
 
     target = _target(args.target)
     checks = _selected_checks(args.checks)
     _check_max_examples(args.max_examples)
+    workers = _workers(args.workers)
     current = baseline.identity(target, args.target)
     known = _baseline(args.baseline, current)
     _writable("--findings", args.findings, directory=True)
@@ -283,27 +295,27 @@ def _check(args: argparse.Namespace) -> int:
                 finding.saved = report.save(result, finding, args.target, Path(args.findings))
         results.append(result)
 
+    units = [(check, device) for device in devices for check in checks]
+    options = {"profile": args.profile, "max_examples": args.max_examples, "seed": args.seed}
     with interrupts.handled():
         try:
-            with Progress(len(devices) * len(checks), "checks") as progress:
-                for device in devices:
-                    for check in checks:
-                        interrupts.check()
-                        progress.start(check.id)
-                        result = run_check(
-                            check,
-                            target,
-                            profile=args.profile,
-                            device=device,
-                            max_examples=args.max_examples,
-                            seed=args.seed,
-                            database=database,
-                            on_example=progress.tick,
-                        )
-                        keep(result)
-                        progress.line(report.result_line(result, color=color))
-                        if args.fail_fast and _fails(result, known, args.strict):
-                            raise _FailedFast
+            with Progress(len(units), "checks") as progress:
+                if workers == 1:
+                    produced = (
+                        run_check(c, target, device=d, database=database, on_example=progress.tick, **options)
+                        for c, d in units
+                    )
+                else:
+                    work = [(args.target, c.id, d, args.database, options) for c, d in units]
+                    produced = ordered(_check_in_worker, work, min(workers, len(units)))
+                for check, _ in units:
+                    interrupts.check()
+                    progress.start(check.id)
+                    result = next(produced)
+                    keep(result)
+                    progress.line(report.result_line(result, color=color))
+                    if args.fail_fast and _fails(result, known, args.strict):
+                        raise _FailedFast
         except _FailedFast:
             print("\n--fail-fast: stopped after the first check that fails the run", flush=True)
         except KeyboardInterrupt as stop:  # report what ran, and what the check in progress found
@@ -320,11 +332,18 @@ def _check(args: argparse.Namespace) -> int:
             print("\n" + report.finding_details(result, finding, args.target) + note)
     tolerance = f"; {tolerated} finding(s) tolerated by the baseline" if known else ""
     rows = [
-        (r.check.id, r.device, report.LABELS[r.status], str(len(r.findings)), str(r.examples_run))
+        (
+            r.check.id,
+            r.device,
+            report.LABELS[r.status],
+            str(len(r.findings)),
+            str(r.examples_run),
+            str(r.cases_run),
+        )
         for r in results
     ]
     print()
-    summary_table(rows, ("check", "device", "verdict", "findings", "examples"), sys.stdout)
+    summary_table(rows, ("check", "device", "verdict", "findings", "examples", "cases"), sys.stdout)
     print(report.summary(results) + tolerance)
     for entry in known.stale(results) if known else ():
         print(f"stale baseline entry (did not reproduce): {entry.check} [{entry.device}] {entry.signature}")
@@ -426,6 +445,34 @@ def _baseline(path: str | None, current: dict):
         raise UsageError(f"--baseline {error}") from None
 
 
+def _check_in_worker(spec: str, check_id: str, device: str, database: str | None, options: dict):
+    """One check in a worker process: the target is loaded once per process, the database opened there."""
+    from mmharness.checks import all_checks
+    from mmharness.runner import run_check
+
+    opened = _database(database, options["profile"])
+    return run_check(all_checks()[check_id], _loaded(spec), device=device, database=opened, **options)
+
+
+_LOADED: dict = {}
+"""Targets loaded in this (worker) process, by spec."""
+
+
+def _loaded(spec: str):
+    if spec not in _LOADED:
+        _LOADED[spec] = _target(spec)
+    return _LOADED[spec]
+
+
+def _workers(value: str) -> int:
+    from mmharness.workers import count
+
+    try:
+        return count(value)
+    except ValueError as error:
+        raise UsageError(str(error)) from None
+
+
 def _database(spec: str | None, profile: str):
     from mmharness.database import DatabaseError, default_spec, open_database
 
@@ -447,24 +494,33 @@ def _print_header(target, spec: str) -> None:
 
 
 def _replay(args: argparse.Namespace) -> int:
+    from mmharness import report
     from mmharness.checks import all_checks
     from mmharness.progress import Progress
+    from mmharness.workers import ordered
 
     checks = all_checks()
+    workers = _workers(args.workers)
+    work = [_saved_case(path, args.target, checks) for path in args.cases]  # every file read first
     results = []
-    with Progress(len(args.cases), "cases") as progress:
-        for path in args.cases:
-            results.append(_replay_one(path, args.target, checks, progress))
+    with Progress(len(work), "cases") as progress:
+        replayed = ordered(_replay_in_worker, work, min(workers, len(work)))
+        for path, (spec, _, _, _) in zip(args.cases, work, strict=True):
+            result = next(replayed)
+            for finding in result.findings:
+                finding.saved = path
+            line = report.result_line(result, color=report.use_color(sys.stdout)) + f"  [{path}]"
+            progress.line(line + ("\n" + report.failure_details(result, spec) if result.findings else ""))
+            results.append(result)
     if _nothing_ran(results):
         return NOTHING_RAN
     return _exit_code([result.status for result in results], strict=False)
 
 
-def _replay_one(path: str, target: str | None, checks: dict, progress):
-    """One saved case against its saved target (or ``target``), as a result line and its findings."""
-    from mmharness import payload, report
+def _saved_case(path: str, target: str | None, checks: dict) -> tuple[str, str, Case, dict]:
+    """A saved case file as ``(target spec, check id, case, params)``; a usage error says what is wrong."""
+    from mmharness import payload
     from mmharness.checks.common import params_problem
-    from mmharness.runner import replay
 
     try:
         document = payload.load_document(path)
@@ -480,13 +536,14 @@ def _replay_one(path: str, target: str | None, checks: dict, progress):
     problem = params_problem(checks[check_id], document.case, document.params)
     if problem:
         raise UsageError(f"{path}: {problem}")
-    spec = target or document.provenance.get("target", "reference")
-    result = replay(checks[check_id], _target(spec), (document.case, document.params))
-    for finding in result.findings:
-        finding.saved = path
-    line = report.result_line(result, color=report.use_color(sys.stdout)) + f"  [{path}]"
-    progress.line(line + ("\n" + report.failure_details(result, spec) if result.findings else ""))
-    return result
+    return target or document.provenance.get("target", "reference"), check_id, document.case, document.params
+
+
+def _replay_in_worker(spec: str, check_id: str, case: Case, params: dict):
+    from mmharness.checks import all_checks
+    from mmharness.runner import replay
+
+    return replay(all_checks()[check_id], _loaded(spec), (case, params))
 
 
 def _matrix(args: argparse.Namespace) -> int:
@@ -496,8 +553,7 @@ def _matrix(args: argparse.Namespace) -> int:
 
     checks = _selected_checks(args.checks)
     _check_max_examples(args.max_examples)
-    if args.workers < 1:
-        raise UsageError(f"--workers must be >= 1, got {args.workers}")
+    workers = _workers(args.workers)
     _writable("--json", args.json)
 
     with interrupts.handled(), Progress(len(args.targets), "targets", stream=sys.stderr) as progress:
@@ -511,7 +567,7 @@ def _matrix(args: argparse.Namespace) -> int:
             args.profile,
             max_examples=args.max_examples,
             seed=args.seed,
-            workers=args.workers,
+            workers=workers,
             progress=done,
             command=_command_line(args.argv),
             findings=args.findings,

@@ -11,10 +11,7 @@ the cells are the same as a serial run's.
 
 from __future__ import annotations
 
-import multiprocessing
-import signal
 from collections.abc import Callable, Sequence
-from concurrent.futures import Future, ProcessPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -22,6 +19,7 @@ from typing import Any
 from mmharness.checks.outcome import COULD_NOT_TEST, DIVERGENCE, HAZARD
 from mmharness.checks.registry import Check
 from mmharness.runner import PASSED, SKIPPED, fails_run, run_check
+from mmharness.workers import ordered
 
 FORMAT = "mmharness.matrix/2"
 ERROR = "error"
@@ -159,7 +157,6 @@ class Matrix:
             ],
         }
 
-
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> Matrix:
         """A matrix back from its ``as_json`` form (``KeyError``/``TypeError`` if it is not one)."""
@@ -232,45 +229,20 @@ def run_matrix(
     """
     matrix = Matrix(targets=list(specs), checks=[c.id for c in checks], command=command)
     args = [(spec, matrix.checks, profile, max_examples, seed, findings) for spec in specs]
+    columns = ordered(_column, args, min(workers, len(specs)))
     try:
-        if workers > 1 and len(specs) > 1:
-            pool = ProcessPoolExecutor(max_workers=min(workers, len(specs)), initializer=_ignore_signals)
-            try:
-                futures = [pool.submit(_column, *a) for a in args]
-                _collect(matrix, specs, (_waited(future) for future in futures), progress)
-            finally:
-                for child in multiprocessing.active_children():
-                    child.kill()  # a column in progress is not waited for (workers ignore SIGTERM)
-                pool.shutdown(wait=True, cancel_futures=True)
-        else:
-            _collect(matrix, specs, (_column(*a) for a in args), progress)
+        _collect(matrix, specs, columns, progress)
     except KeyboardInterrupt:
         matrix.interrupted = True
         matrix.targets = [t for t in matrix.targets if any((c, t) in matrix.cells for c in matrix.checks)]
+    finally:
+        columns.close()  # stops the workers
     return matrix
 
 
 def _slug(spec: str) -> str:
     """A directory name for a target's saved findings."""
     return "".join(c if c.isalnum() or c in ".=-" else "_" for c in spec).strip("_") or "target"
-
-
-def _waited(future: Future) -> tuple:
-    """A worker's column, waited for in short steps so that a signal is heard at once."""
-    from mmharness import interrupts
-
-    while True:
-        interrupts.check()
-        try:
-            return future.result(timeout=0.2)
-        except TimeoutError:
-            continue
-
-
-def _ignore_signals() -> None:
-    """Workers leave signals to the parent, which stops them (a worker's traceback helps nobody)."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    signal.signal(signal.SIGTERM, signal.SIG_IGN)
 
 
 def _collect(matrix: Matrix, specs: Sequence[str], columns, progress) -> None:

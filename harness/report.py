@@ -40,7 +40,9 @@ def result_line(result: Result, *, color: bool = False) -> str:
         label = f"\033[{_COLORS[result.status]}m{label}\033[0m"
     check = result.check
     if result.status == PASSED:
-        detail = f"{result.examples_run} examples"
+        detail = f"{result.examples_run} examples" + (
+            f", {result.cases_run} cases" if result.cases_run > result.examples_run else ""
+        )
     elif result.status == SKIPPED:
         detail = result.reason
     else:
@@ -146,6 +148,7 @@ def as_json(
                 "status": r.status,
                 "reason": r.reason,
                 "examples": r.examples_run,
+                "cases": r.cases_run,
                 "first_failure_at": r.first_failure_at,
                 "interrupted": r.interrupted,
                 "findings": [

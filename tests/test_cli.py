@@ -310,3 +310,30 @@ def test_an_empty_findings_option_means_the_default(capsys, tmp_path, monkeypatc
     args = ["check", "--target", "mutant:count_inclusive_end", "--checks", "count", "--findings", ""]
     code, _, _ = run(capsys, *args)
     assert code == 1 and list((tmp_path / "findings").glob("count.matches_reference-*.json"))
+
+
+def test_workers_give_the_serial_run_its_results_findings_and_replays(capsys, tmp_path):
+    def check(workers: str, where: str) -> tuple[int, dict, list[str]]:
+        report = tmp_path / f"{where}.json"
+        argv = ["check", "--target", "mutant:chunk_start_off_by_one", "--checks", "chunk,count"]
+        code, _, _ = run(
+            capsys, *argv, "-n", workers, "--findings", str(tmp_path / where), "--json", str(report)
+        )
+        saved = sorted(p.name for p in (tmp_path / where).iterdir())
+        return code, json.loads(report.read_text().replace(str(tmp_path / where), "DIR")), saved
+
+    serial, parallel = check("1", "serial"), check("2", "parallel")
+    assert serial[0] == parallel[0] == 1
+    assert serial[1]["results"] == parallel[1]["results"]
+    assert serial[2] == parallel[2] and serial[2]
+    files = [str(p) for p in sorted((tmp_path / "parallel").iterdir())]
+    code, out, _ = run(capsys, "replay", "-n", "auto", *files)
+    assert code == 1 and out.count("--- DIVERGENCE") == len(files)
+
+
+@pytest.mark.parametrize(
+    ("value", "words"), [("0", "--workers must be >= 1, got 0"), ("x", "a number or auto")]
+)
+def test_a_bad_worker_count_is_a_usage_error(capsys, value, words):
+    code, _, err = run(capsys, "check", "-n", value)
+    assert code == 2 and words in err

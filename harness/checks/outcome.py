@@ -44,6 +44,17 @@ class Failure(AssertionError):
         self.cases = 1
         """How many cases that draw had checked when this one failed."""
 
+    def __reduce__(self) -> tuple:
+        """Pickled whole (a worker process sends it back): an exception pickles only its message."""
+        fields = (self.message, self.expected, self.actual, self.signature, self.example, self.cases)
+        return _rebuilt, (type(self), *fields)
+
+
+def _rebuilt(kind: type[Failure], message: str, expected: str, actual: str, signature: str, example, cases):
+    failure = kind(message, expected=expected, actual=actual, signature=signature)
+    failure.example, failure.cases = example, cases
+    return failure
+
 
 class Hazard(Failure):
     """The target follows the rules, but the rules let a user's data be silently lost or misused."""

@@ -45,6 +45,14 @@ class Check:
     sweeps: bool = False
     """Whether each drawn case is also checked under other windows (``mmharness.windows``)."""
 
+    def __reduce__(self) -> tuple:
+        """Pickled by id (a worker process sends results back): its strategy and property are code."""
+        return registered, (self.id,)
+
+
+def registered(check_id: str) -> Check:
+    return all_checks()[check_id]
+
 
 CHECKS: dict[str, Check] = {}
 _MODULES = ("chunk", "precomputed", "prefill", "stateful", "embed_mask", "tokens", "grids", "devices")
