@@ -92,7 +92,7 @@ class Request:
     extend_len: int
     items: tuple[Item, ...] = ()
 
-    @property
+    @cached_property
     def window(self) -> range:
         return range(self.prefix_len, self.prefix_len + self.extend_len)
 

@@ -49,8 +49,14 @@ def embedding_chunk(spans: tuple[Span, ...], prefix_len: int, extend_len: int) -
 
 def window_rows(request: Request) -> list[Row]:
     """The rows of every item position inside the request's window, in position order."""
-    slots = sorted(request_slots(request))
-    return [row for position, row in slots if position in request.window]
+    window = request.window
+    inside = [
+        (position, item.row(k))
+        for item in request.items
+        for k, position in enumerate(item.positions())
+        if position in window
+    ]
+    return [row for position, row in sorted(inside)]
 
 
 # R2 ---------------------------------------------------------------------------

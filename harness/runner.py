@@ -18,7 +18,7 @@ that share a strategy do not test the same cases.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Collection, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -108,15 +108,21 @@ def cases_of(check: Check, example: Example) -> Iterator[Example]:
             yield moved, params
 
 
-def run_swept(check: Check, target: Target, example: Example) -> int:
+def run_swept(check: Check, target: Target, example: Example, known: Collection[str] = ()) -> int:
     """Run every case of a drawn example; how many ran. A ``Failure`` carries the case that failed
-    as ``failure.example``, so the layout is shrunk but one window is saved and replayed."""
+    as ``failure.example``, so the layout is shrunk but one window is saved and replayed.
+
+    A failure whose signature is ``known`` (found already) does not stop the
+    sweep: the other windows may fail in a new way.
+    """
     ran = 0
     for one in cases_of(check, example):
         ran += 1
         try:
             run_example(check, target, one)
         except Failure as failure:
+            if failure.signature in known:
+                continue
             failure.example = one
             failure.cases = ran
             raise
@@ -286,11 +292,11 @@ class _Search:
                 self.on_example(self.spent + calls)
             failure = None
             try:
-                self.cases += run_swept(self.check, self.target, example)
+                self.cases += run_swept(self.check, self.target, example, known)
             except Failure as caught:
                 failure = caught
                 self.cases += caught.cases
-            if failure is None or failure.signature in known:
+            if failure is None:
                 return
             first_seen.setdefault(failure.signature, calls)
             first_example.setdefault(failure.signature, (failure, failure.example))

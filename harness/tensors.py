@@ -106,12 +106,23 @@ def input_ids(case: Case) -> tuple[torch.Tensor, torch.Tensor]:
 
     Positions of an item hold its placeholder id; every other position holds a
     text token, so the mask a target builds must mark exactly the item positions.
+    Fresh tensors each call (a target may write into them), built once per case.
     """
+    ids, placeholders = _input_ids(case)
+    return ids.clone(), placeholders.clone()
+
+
+@lru_cache(maxsize=64)
+def _input_ids(case: Case) -> tuple[torch.Tensor, torch.Tensor]:
     torch = _torch()
     ids: list[int] = []
     for request in case.requests:
-        owner = {p: placeholder_id(item) for item in request.items for p in item.positions()}
-        ids.extend(owner.get(p, TEXT_TOKEN) for p in request.window)
+        window, tokens = request.window, [TEXT_TOKEN] * request.extend_len
+        for item in request.items:
+            for p in item.positions():
+                if p in window:
+                    tokens[p - request.prefix_len] = placeholder_id(item)
+        ids.extend(tokens)
     placeholders = sorted({placeholder_id(item) for _, _, item in case.items()})
     device = case.device
     return (

@@ -57,6 +57,18 @@ def release_dir(package: str, version: str) -> Path:
     return cache_dir() / "releases" / f"{package}-{version}"
 
 
+def cached(package: str) -> list[str]:
+    """``PACKAGE==X`` of every complete release of ``package`` in the cache, oldest first."""
+    root = cache_dir() / "releases"
+    prefix = f"{package}-"
+    versions = [
+        path.name.removeprefix(prefix)
+        for path in (root.glob(f"{prefix}*") if root.is_dir() else ())
+        if (path / COMPLETE).is_file()
+    ]
+    return [f"{package}=={version}" for version in sorted(versions, key=_version_key)]
+
+
 def fetch(package: str, version: str, members: tuple[str, ...], *, example: str) -> Path:
     """The unpacked release (the directory holding ``PACKAGE/``), downloading it on first use.
 
