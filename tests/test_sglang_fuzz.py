@@ -203,6 +203,12 @@ def test_an_item_holding_a_feature_and_precomputed_embeddings_is_detected(fake, 
         entry(data({"data_dict": mixed}))
 
 
+def test_a_data_dict_that_builds_into_a_tensor_is_outside_the_engines_inputs(fake, findings):
+    entry = sp.entry(sp.MM_ITEMS, fake)
+    entry(data({"data_dict": {"tensor": [4, 8]}}))  # the engine only ever passes a dict here
+    assert not findings.exists()
+
+
 def test_mixed_nesting_in_a_batch_is_detected(fake, findings):
     entry = sp.entry(sp.IMAGE_DATA, fake)
     entry(data({"text": ["a", "b"], "image_data": [["https://a.png"], None]}))

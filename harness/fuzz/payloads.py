@@ -23,7 +23,8 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from functools import lru_cache
 from typing import Any, TypeVar
 
 from mmharness.fuzz import FINDING_FORMAT
@@ -86,6 +87,12 @@ def materialise(value: Any, depth: int = 0) -> Any:
 def _tensor(shape: list[int], dtype: str) -> Any:
     if len(shape) > MAX_TENSOR_DIMS or math.prod(shape) > MAX_TENSOR_ELEMENTS:
         raise OutsideLimits(f"tensor {shape} over the harness's limit of {MAX_TENSOR_ELEMENTS} elements")
+    return _made(tuple(shape), dtype).clone()  # a parser may write into it
+
+
+@lru_cache(maxsize=256)
+def _made(shape: tuple[int, ...], dtype: str) -> Any:
+    """Building a tensor costs ten times a copy, and fuzz inputs ask for the same few shapes."""
     import torch
 
     values = torch.arange(math.prod(shape), dtype=torch.int64) % 251
@@ -131,9 +138,17 @@ class Draw:
     def scalar(self) -> Any:
         """Any JSON leaf, or a small container of leaves."""
         kind = self.int(0, 7)
-        leaves: list[Any] = [None, self.flag(), self.int(-3, 1 << 20), self.int(-5, 5) / 2, self.text()]
-        if kind < len(leaves):
-            return leaves[kind]
+        if kind < len(self._LEAVES):
+            return self._LEAVES[kind](self)
         if kind == 5:
-            return [self.pick(leaves) for _ in range(self.int(0, 3))]
-        return {self.text(4): self.pick(leaves)}
+            return [self.pick(self._LEAVES)(self) for _ in range(self.int(0, 3))]
+        return {self.text(4): self.pick(self._LEAVES)(self)}
+
+    _LEAVES: tuple[Callable[[Draw], Any], ...] = (
+        lambda draw: None,
+        lambda draw: draw.flag(),
+        lambda draw: draw.int(-3, 1 << 20),
+        lambda draw: draw.int(-5, 5) / 2,
+        lambda draw: draw.text(),
+    )
+    """Each kind of JSON leaf, drawn only when chosen (drawing all five cost most of an input)."""

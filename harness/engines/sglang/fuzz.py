@@ -252,9 +252,10 @@ def _collector_runner(parsers: Parsers) -> Runner:
 
     def run(payload: dict[str, Any]) -> None:
         data, name = payload.get("data_dict"), payload.get("modality")
-        if not isinstance(data, dict):
+        built = materialise(data)
+        if not isinstance(built, dict):  # a tensor marker is an object too, until it is built
             raise OutsideLimits("data_dict must be an object: the engine passes only dicts here")
-        args: list[Any] = [materialise(data)]
+        args: list[Any] = [built]
         if name is not None:
             if not isinstance(name, str) or name.upper() not in modality_type.__members__:
                 raise OutsideLimits("modality must name a Modality member: the argument is typed")
