@@ -62,6 +62,8 @@ class Item:
     grid: tuple[GridRow, ...] = ()
     grid_key: str = "image_grid_thw"
     rows: int | None = None
+    device: str | None = None
+    """Where this item's tensors live; ``None``: the case's device. A batch may mix devices (R6)."""
 
     @cached_property  # asked for every row of every window: worth remembering
     def token_count(self) -> int:
@@ -106,6 +108,14 @@ class Case:
     dtype: str = "float32"
     ndim: int = 2
     device: str = "cpu"
+
+    def device_of(self, item: Item) -> str:
+        return item.device or self.device
+
+    @property
+    def devices(self) -> set[str]:
+        """Every device the case's tensors live on."""
+        return {self.device} | {self.device_of(item) for _, _, item in self.items()}
 
     def items(self) -> Iterator[tuple[int, int, Item]]:
         """Every item with its request and item index, in batch order."""
@@ -163,6 +173,8 @@ def _request_problems(path: str, request: Request) -> Iterator[CaseError]:
                 f"{item_at}.modality",
                 f"must be one of {', '.join(MODALITIES)}, got {item.modality!r}",
             )
+        if item.device is not None and item.device not in DEVICES:
+            yield CaseError(f"{item_at}.device", f"must be one of {', '.join(DEVICES)}, got {item.device!r}")
         if not item.spans:
             yield CaseError(f"{item_at}.spans", "an item needs at least one span")
         for s, (start, end) in enumerate(item.spans):

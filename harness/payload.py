@@ -1,4 +1,5 @@
-"""JSON <-> ``Case``: the ``mmharness.case/1`` format and its strict, total parser (rule R7).
+"""JSON <-> ``Case``: the ``mmharness.case/1`` format (``/1.1``: items may name their device) and
+its strict, total parser (rule R7).
 
 One format serves the corpus, saved findings and ``replay``, so the parser is
 fed both hand-written files and fuzzer output. It therefore promises three
@@ -40,6 +41,8 @@ from mmharness.model import (
 )
 
 FORMAT = "mmharness.case/1"
+FORMAT_ITEM_DEVICES = "mmharness.case/1.1"
+"""The minor version that adds ``items[].device``; a case that sets none is written as ``/1``."""
 PROVENANCE_KEYS = ("check", "rule", "target", "note")
 """Free-form strings a saved finding carries; they never change the case."""
 
@@ -140,6 +143,7 @@ def parse_document(obj: object) -> Document:
         ndim=_get(root, "$", "ndim", defaults["ndim"], _choice, NDIMS),
     )
     device = _get(root, "$", "device", defaults["device"], _choice, DEVICES)
+    context.item_devices = root["format"] == FORMAT_ITEM_DEVICES
     provenance = {key: _text(root[key], "$", key) for key in PROVENANCE_KEYS if key in root}
     params = _params(root["params"]) if "params" in root else {}
     requests = _array(root["requests"], "$", "requests", MAX_REQUESTS)
@@ -175,7 +179,8 @@ def dump(
     so a rule-breaking case still parses back to itself.
     """
     provenance = {"check": check, "rule": rule, "target": target, "note": note, "params": params or None}
-    document: dict[str, Any] = {"format": FORMAT}
+    mixed = any(item.device is not None for _, _, item in case.items())
+    document: dict[str, Any] = {"format": FORMAT_ITEM_DEVICES if mixed else FORMAT}
     document.update((key, value) for key, value in provenance.items() if value is not None)
     document.update(
         malformed=not is_well_formed(case),
@@ -204,7 +209,7 @@ def _dump_request(request: Request, case: Case) -> dict[str, Any]:
 
 
 def _dump_item(item: Item, case: Case) -> dict[str, Any]:
-    return {
+    dumped = {
         "spans": [list(span) for span in item.spans],
         "hash": item.hash,
         "precomputed": item.precomputed,
@@ -212,8 +217,11 @@ def _dump_item(item: Item, case: Case) -> dict[str, Any]:
         "grid": [list(row) for row in item.grid],
         "grid_key": item.grid_key,
         "rows": item.rows,
-        "embedding": _embedding_description(item, case.hidden, case.dtype, case.ndim),
     }
+    if item.device is not None:
+        dumped["device"] = item.device
+    dumped["embedding"] = _embedding_description(item, case.hidden, case.dtype, case.ndim)
+    return dumped
 
 
 def _embedding_description(item: Item, hidden: int, dtype: str, ndim: int) -> dict[str, Any]:
@@ -324,7 +332,7 @@ class _Context:
     the field worth naming.
     """
 
-    __slots__ = ("descriptions", "dtype", "hidden", "ndim", "rows", "tokens")
+    __slots__ = ("descriptions", "dtype", "hidden", "item_devices", "ndim", "rows", "tokens")
 
     def __init__(self, hidden: int, dtype: str, ndim: int) -> None:
         self.hidden = hidden
@@ -333,6 +341,8 @@ class _Context:
         self.rows = 0
         self.tokens = 0
         self.descriptions: list[tuple[object, str, Item]] = []
+        self.item_devices = False
+        """Whether items may name their own device (format ``/1.1``)."""
 
     def charge_rows(self, path: str, key: str, rows: int) -> None:
         self.rows += rows
@@ -359,7 +369,7 @@ def _root(obj: object) -> dict[str, Any]:
     if "format" not in obj:
         raise PayloadError("format", f"missing; expected {FORMAT!r}")
     found = obj["format"]
-    if found != FORMAT:
+    if found not in (FORMAT, FORMAT_ITEM_DEVICES):
         newer = type(found) is str and found.startswith("mmharness.case/")
         what = "unsupported version" if newer else "expected " + repr(FORMAT) + ", got"
         raise PayloadError("format", f"{what} {_show(found)}")
@@ -393,7 +403,10 @@ def _item(value: object, path: str, context: _Context) -> Item:
         grid=_get(obj, path, "grid", defaults["grid"], _int_rows, _GRID_ROW),
         grid_key=_get(obj, path, "grid_key", defaults["grid_key"], _choice, GRID_KEYS),
         rows=_get(obj, path, "rows", defaults["rows"], _optional_int, 0, MAX_ROWS),
+        device=_get(obj, path, "device", defaults["device"], _choice, DEVICES),
     )
+    if item.device is not None and not context.item_devices:
+        raise PayloadError(f"{path}.device", f"an item's own device needs format {FORMAT_ITEM_DEVICES!r}")
     _charge_item(context, path, item)
     if "embedding" in obj:
         context.descriptions.append((obj["embedding"], f"{path}.embedding", item))

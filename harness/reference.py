@@ -74,6 +74,13 @@ def precomputed_embedding(case: Case) -> list[Row] | None:
     raise NotImplementedError(PARTIAL_PRECOMPUTED_MESSAGE)
 
 
+def precomputed_device(case: Case) -> str:
+    """R6: where R2's concatenation lands: the device of the first item (in batch order) on CUDA,
+    else the first item's device."""
+    devices = [case.device_of(item) for _, _, item in case.items()]
+    return next((d for d in devices if d == "cuda"), devices[0] if devices else case.device)
+
+
 def is_partially_precomputed(case: Case) -> bool:
     flags = [item.precomputed for _, _, item in case.items()]
     return any(flags) and not all(flags)

@@ -372,7 +372,7 @@ def skip_reason(check: Check, target: Target, device: str) -> str | None:
 
 def replay(check: Check, target: Target, example: Example) -> Result:
     """Run one saved example once, as ``mmharness replay`` does."""
-    device = example[0].device
+    device = "cuda" if "cuda" in example[0].devices else "cpu"
     reason = skip_reason(check, target, device)
     if reason:
         return Result(check, SKIPPED, device, reason=reason)

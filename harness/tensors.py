@@ -42,9 +42,9 @@ def _block(key: int, count: int, hidden: int, dtype: str) -> torch.Tensor:
     return values.to(getattr(torch, dtype))
 
 
-def block(key: int, count: int, case: Case) -> torch.Tensor:
-    """The full ``[count, hidden]`` tensor keyed by ``key`` (a fresh copy, on the case's device)."""
-    return _block(key, count, case.hidden, case.dtype).clone().to(case.device)
+def block(key: int, count: int, case: Case, device: str | None = None) -> torch.Tensor:
+    """The full ``[count, hidden]`` tensor keyed by ``key`` (a fresh copy, on ``device`` or the case's)."""
+    return _block(key, count, case.hidden, case.dtype).clone().to(device or case.device)
 
 
 def shaped(tensor: torch.Tensor, case: Case) -> torch.Tensor:
@@ -53,8 +53,9 @@ def shaped(tensor: torch.Tensor, case: Case) -> torch.Tensor:
 
 
 def item_rows(case: Case, item: Item) -> torch.Tensor:
-    """The item's whole 2-D embedding: ``row_count`` rows in span order (none for a reversed span)."""
-    return block(item.hash, max(item.row_count, 0), case)
+    """The item's whole 2-D embedding: ``row_count`` rows in span order (none for a reversed span),
+    on the item's device."""
+    return block(item.hash, max(item.row_count, 0), case, case.device_of(item))
 
 
 def item_embedding(case: Case, item: Item) -> torch.Tensor:

@@ -11,6 +11,7 @@ from mmharness.checks.outcome import DIVERGENCE
 from mmharness.runner import PASSED, run_check
 from mmharness.targets.engine_model import EngineModel
 from mmharness.targets.reference import ReferenceTarget
+from mmharness.targets.specs import resolve
 
 pytestmark = pytest.mark.mm_cuda
 
@@ -27,3 +28,15 @@ def test_cpu_equals_cuda(target):
 def test_every_check_holds_on_cuda(check_id):
     result = run_check(CHECKS[check_id], ReferenceTarget(), profile="ci", device="cuda")
     assert result.status != DIVERGENCE, result.reason
+
+
+@pytest.mark.parametrize("target", [ReferenceTarget(), EngineModel()], ids=["reference", "engine_model"])
+def test_a_mixed_device_batch_lands_on_the_first_cuda_items_device(target):
+    result = run_check(CHECKS["device.mixed_precomputed"], target, profile="ci")
+    assert result.status == PASSED, result.reason
+
+
+@pytest.mark.parametrize("name", ["precomputed_no_device_move", "precomputed_first_chunk_device"])
+def test_the_mixed_device_check_kills_its_witnesses(name):
+    result = run_check(CHECKS["device.mixed_precomputed"], resolve(f"mutant:{name}"), profile="ci")
+    assert result.status == DIVERGENCE, result.reason

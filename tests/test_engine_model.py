@@ -22,6 +22,7 @@ import torch
 from mmharness import reference, tensors
 from mmharness.checks.stateful import BufferReusingEncoder
 from mmharness.model import Case, CaseError, Item, Request
+from mmharness.runner import cuda_available
 from mmharness.targets import engine_model
 from mmharness.targets.base import ALL_CAPABILITIES, Encoder, FeatureItem, Target, TargetError
 from mmharness.targets.engine_model import EmbeddingCache, EngineModel
@@ -54,8 +55,7 @@ def batch(*requests: Request, **fields: Any) -> Case:
 def precomputed(case: Case) -> Case:
     """The case with every item marked precomputed."""
     requests = tuple(
-        replace(r, items=tuple(replace(it, precomputed=True) for it in r.items))
-        for r in case.requests
+        replace(r, items=tuple(replace(it, precomputed=True) for it in r.items)) for r in case.requests
     )
     return replace(case, requests=requests)
 
@@ -107,9 +107,7 @@ def precomputed_rows(case: Case) -> Witness:
     return lambda t: t.precomputed_embedding(case)
 
 
-def prefill(
-    *cases: Case, path: str = "batched", form: str = "tensor", cache_size: int = 0
-) -> Witness:
+def prefill(*cases: Case, path: str = "batched", form: str = "tensor", cache_size: int = 0) -> Witness:
     """Each case in turn on one cache; the results and what the first call encoded (sorted)."""
 
     def run(t: Target) -> tuple[list[Any], list[tuple[int, int]]]:
@@ -275,9 +273,7 @@ def test_chunk_precomputed_and_count_agree(name: str) -> None:
 
 
 PARTIAL_FALLBACK = batch(request(6, 0, 6, item((0, 1), precomputed=True), item((3, 4), h=2)))
-PARTIAL_RAISES = batch(
-    request(4, 0, 4, item((0, 1), precomputed=True)), request(4, 0, 4, item((0, 1), h=2))
-)
+PARTIAL_RAISES = batch(request(4, 0, 4, item((0, 1), precomputed=True)), request(4, 0, 4, item((0, 1), h=2)))
 NOTHING_IN_WINDOW = batch(request(8, 4, 4, item((0, 1))))
 
 
@@ -336,9 +332,7 @@ def test_grid_rules_agree() -> None:
     )
     parts = assert_agrees(split(TWO_GRIDS))[1]
     assert [p.item.spans for p in parts] == [((0, 3),), ((6, 7),)]
-    assert_agrees(
-        lambda t: t.image_feature(batch(), t.split_item(batch(), _feature_item(TWO_GRIDS)))
-    )
+    assert_agrees(lambda t: t.image_feature(batch(), t.split_item(batch(), _feature_item(TWO_GRIDS))))
     assert assert_agrees(split(ONE_GRID))[1][0].item is ONE_GRID
     assert assert_agrees(split(item((0, 1), (3, 4), grid=((1, 1, 1),))))[1] is ValueError
 
@@ -368,12 +362,16 @@ def test_cache_entry_of_another_row_count_is_a_miss() -> None:
 # Mutants: every one has a witness, and the witness shows its bug ----------------
 
 PARTIAL = PARTIAL_RAISES
-TWO_ITEMS_TWO_HASHES = batch(
-    request(4, 0, 4, item((0, 1), h=1)), request(4, 0, 4, item((0, 1), h=2))
-)
+TWO_ITEMS_TWO_HASHES = batch(request(4, 0, 4, item((0, 1), h=1)), request(4, 0, 4, item((0, 1), h=2)))
 SAME_ITEM_TWICE = batch(request(4, 0, 4, item((0, 1))), request(4, 0, 4, item((0, 1))))
 VIDEO_ITEM = item((1, 2), (5, 6))
 FEATURE_SPLIT = item((2, 3), (5, 6), grid=((1, 2, 2), (1, 1, 2)))
+
+MIXED_DEVICES = batch(
+    request(4, 0, 4, item((0, 1), precomputed=True), item((2, 3), h=2, precomputed=True, device="cuda"))
+)
+"""A CPU item before a CUDA one: the concatenation must land on CUDA (R6); needs a GPU to show."""
+
 
 WITNESSES: dict[str, Witness] = {
     # R1
@@ -392,12 +390,10 @@ WITNESSES: dict[str, Witness] = {
     "precomputed_fallback_inverted": precomputed_rows(PARTIAL),
     "precomputed_wrong_error_class": precomputed_rows(PARTIAL),
     "precomputed_wrong_message": precomputed_rows(PARTIAL),
-    "precomputed_ignores_window": precomputed_rows(
-        precomputed(batch(request(8, 2, 2, item((0, 5)))))
-    ),
-    "precomputed_no_flatten": precomputed_rows(
-        precomputed(batch(request(4, 0, 4, item((0, 1))), ndim=3))
-    ),
+    "precomputed_ignores_window": precomputed_rows(precomputed(batch(request(8, 2, 2, item((0, 5)))))),
+    "precomputed_no_device_move": precomputed_rows(MIXED_DEVICES),
+    "precomputed_first_chunk_device": precomputed_rows(MIXED_DEVICES),
+    "precomputed_no_flatten": precomputed_rows(precomputed(batch(request(4, 0, 4, item((0, 1))), ndim=3))),
     # R3
     "prefill_cache_warmth": prefill(
         batch(request(10, 0, 4, item((0, 9)))),
@@ -409,21 +405,13 @@ WITNESSES: dict[str, Witness] = {
         batch(request(10, 0, 10, item((0, 5), h=5))),
         cache_size=HUGE,
     ),
-    "prefill_dedup_ignores_count": prefill(
-        batch(request(10, 0, 10, item((0, 1), h=5), item((4, 7), h=5)))
-    ),
-    "prefill_encodes_outside_window": prefill(
-        batch(request(8, 4, 4, item((0, 1)), item((5, 6), h=2)))
-    ),
+    "prefill_dedup_ignores_count": prefill(batch(request(10, 0, 10, item((0, 1), h=5), item((4, 7), h=5)))),
+    "prefill_encodes_outside_window": prefill(batch(request(8, 4, 4, item((0, 1)), item((5, 6), h=2)))),
     "prefill_duplicate_encode": prefill(SAME_ITEM_TWICE),
     "prefill_request_order": prefill(TWO_ITEMS_TWO_HASHES),
-    "prefill_list_output_unflattened": prefill(
-        batch(request(4, 0, 4, item((0, 1))), ndim=3), form="list"
-    ),
+    "prefill_list_output_unflattened": prefill(batch(request(4, 0, 4, item((0, 1))), ndim=3), form="list"),
     "prefill_per_request_skips_cached": prefill(SAME_ITEM_TWICE, path="per_request"),
-    "prefill_per_request_off_by_one": prefill(
-        batch(request(6, 1, 4, item((1, 3)))), path="per_request"
-    ),
+    "prefill_per_request_off_by_one": prefill(batch(request(6, 1, 4, item((1, 3)))), path="per_request"),
     "prefill_reads_back_from_cache": prefill(batch(request(4, 0, 4, item((0, 1)))), cache_size=1),
     "prefill_overlap_by_extent": prefill(batch(request(12, 5, 2, item((2, 3), (8, 9))))),
     "cache_keeps_encoder_view": across_steps(
@@ -442,9 +430,7 @@ WITNESSES: dict[str, Witness] = {
         batch(request(6, 0, 2, item((0, 5)))), batch(request(6, 4, 2, item((0, 5))))
     ),
     # R3e
-    "mask_first_placeholder_only": embed_mask(
-        batch(request(5, 0, 5, item((0, 1)), item((3, 4), h=2)))
-    ),
+    "mask_first_placeholder_only": embed_mask(batch(request(5, 0, 5, item((0, 1)), item((3, 4), h=2)))),
     "mask_marks_text": embed_mask(batch(request(4, 0, 4, item((0, 1))))),
     "embed_mask_skips_precomputed": embed_mask(PARTIAL),
     # R4
@@ -473,6 +459,8 @@ def test_every_mutant_has_a_witness() -> None:
 
 @pytest.mark.parametrize("name", sorted(WITNESSES))
 def test_witness_shows_the_bug(name: str) -> None:
+    if MUTANTS[name].needs_cuda and not cuda_available():
+        pytest.skip("needs a CUDA device")
     witness = WITNESSES[name]
     assert_agrees(witness)
     expected, actual = observe(witness, REFERENCE), observe(witness, mutant(name))
@@ -481,7 +469,7 @@ def test_witness_shows_the_bug(name: str) -> None:
 
 def test_registry() -> None:
     assert len(MUTANTS) >= 30
-    assert {m.rule for m in MUTANTS.values()} == {"R1", "R2", "R3", "R3e", "R4", "R5"}
+    assert {m.rule for m in MUTANTS.values()} == {"R1", "R2", "R3", "R3e", "R4", "R5", "R6"}
     assert all(name == m.name and m.description for name, m in MUTANTS.items())
     target = mutant("chunk_start_off_by_one")
     assert isinstance(target, Target) and target.name == "mutant:chunk_start_off_by_one"

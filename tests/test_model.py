@@ -45,9 +45,7 @@ def test_validator_names_the_field(case, path, words):
 
 
 def test_well_formed_case_passes():
-    validate(
-        one(Item(((0, 1),), 1), Item(((2, 2), (5, 9)), 2, modality="video"), prefix=3, extend=7)
-    )
+    validate(one(Item(((0, 1),), 1), Item(((2, 2), (5, 9)), 2, modality="video"), prefix=3, extend=7))
 
 
 def test_rows_are_deterministic_and_exact_in_every_dtype():
@@ -76,3 +74,9 @@ def test_only_mmharness_is_installed_at_top_level(tmp_path, name):
     """The repository's directories are not importable names of their own (outside the checkout)."""
     code = f"import importlib.util; assert importlib.util.find_spec({name!r}) is None"
     subprocess.run([sys.executable, "-c", code], check=True, cwd=tmp_path)
+
+
+def test_an_item_on_an_unknown_device_is_named():
+    case = Case((Request(2, 0, 2, (Item(((0, 0),), 1, device="tpu"),)),))
+    with pytest.raises(CaseError, match=r"requests\[0\].items\[0\].device: must be one of cpu, cuda"):
+        validate(case)

@@ -88,6 +88,7 @@ wild_cases = st.builds(
 cases = st.one_of(
     mst.cases(),
     mst.cases(coverage="partial", collisions=True, device="cuda"),
+    mst.cases(coverage="all", item_devices=("cpu", "cuda")),
     mst.malformed_cases(),
     mst.grid_cases(),
     wild_cases,
@@ -122,9 +123,7 @@ json_values = st.recursive(
 
 def shaped(keys: dict[str, st.SearchStrategy[Any]]) -> st.SearchStrategy[dict[str, Any]]:
     """Objects with the format's keys (any subset) holding mostly-right or arbitrary values."""
-    return st.fixed_dictionaries(
-        {}, optional={key: value | json_values for key, value in keys.items()}
-    )
+    return st.fixed_dictionaries({}, optional={key: value | json_values for key, value in keys.items()})
 
 
 item_like = shaped(
@@ -181,7 +180,7 @@ def test_dump_validates_against_the_schema() -> None:
 def test_schema_limits_match_the_parser() -> None:
     schema = json.loads(SCHEMA.read_text())
     defs = schema["$defs"]
-    assert schema["properties"]["format"]["const"] == FORMAT
+    assert schema["properties"]["format"]["enum"] == [FORMAT, payload.FORMAT_ITEM_DEVICES]
     assert schema["properties"]["requests"]["maxItems"] == payload.MAX_REQUESTS
     assert schema["properties"]["hidden"]["maximum"] == payload.MAX_HIDDEN
     assert defs["request"]["properties"]["items"]["maxItems"] == payload.MAX_ITEMS
@@ -349,7 +348,7 @@ def without(key: str, doc: dict[str, Any]) -> dict[str, Any]:
         (with_item(modality="text"), "requests[0].items[0].modality: expected one of 'image',"),
         (with_item(rows=-1), "requests[0].items[0].rows: -1 is outside [0, 1048576]"),
         (with_item(rows=5), "requests[0].items[0].rows: 5 embedding rows for 4 placeholder tokens"),
-        (with_item(colour=1), "requests[0].items[0]: unknown key 'colour'; allowed: embedding,"),
+        (with_item(colour=1), "requests[0].items[0]: unknown key 'colour'; allowed: device, embedding,"),
         (with_item(embedding=None), "requests[0].items[0].embedding: expected an object, got null"),
         (with_item(embedding={"shape": [4, 8]}), "requests[0].items[0].embedding.dtype: missing"),
         (
@@ -509,9 +508,7 @@ def test_payload_error_pickles() -> None:
 
 def test_importing_the_parser_and_its_fuzzer_never_imports_torch() -> None:
     code = "import sys, mmharness.payload, mmharness.fuzz.case_parser; print('torch' in sys.modules)"
-    result = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, check=True
-    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert result.stdout.strip() == "False"
 
 
@@ -568,3 +565,22 @@ def test_an_unexpected_exception_is_saved_then_raised(
     assert (finding["input_b64"], finding["input_text"]) == ("/2hp", None)
     entry(b"ok")  # the parser's own outcome is not a finding
     assert len(list((tmp_path / "findings").iterdir())) == 1
+
+
+def test_items_on_their_own_devices_round_trip_as_format_1_1():
+    case = Case((Request(4, 0, 4, (Item(((0, 1),), 1, True, device="cuda"), Item(((2, 3),), 2, True))),))
+    document = dump(case)
+    assert document["format"] == payload.FORMAT_ITEM_DEVICES
+    assert document["requests"][0]["items"][0]["device"] == "cuda"
+    assert "device" not in document["requests"][0]["items"][1], "an item on the case's device says nothing"
+    assert loads(dumps(case)) == case
+    assert dump(Case((Request(4, 0, 4, (Item(((0, 1),), 1),)),)))["format"] == FORMAT, "no item device: /1"
+
+
+def test_an_item_device_in_a_format_1_document_is_refused_with_its_path():
+    document = dump(Case((Request(4, 0, 4, (Item(((0, 1),), 1, device="cuda"),)),)))
+    document["format"] = FORMAT
+    with pytest.raises(
+        PayloadError, match=r"requests\[0\].items\[0\].device: an item's own device needs format"
+    ):
+        payload.parse(document)

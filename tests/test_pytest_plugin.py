@@ -49,7 +49,7 @@ def test_a_bad_target_is_one_usage_error_under_xdist(tmp_path):
     assert "node down" not in run.stdout + run.stderr
 
 
-OWN_SUITE = '''
+OWN_SUITE = """
 import pytest
 from hypothesis import given, settings, strategies as st
 from hypothesis.database import DirectoryBasedExampleDatabase
@@ -70,7 +70,7 @@ def test_my_property(n):
 @pytest.mark.cuda
 def test_a_marker_of_my_own():
     pass
-'''
+"""
 
 
 def test_an_unrelated_suite_keeps_its_hypothesis_profile_and_its_markers(tmp_path):

@@ -73,9 +73,7 @@ def test_r2_none_precomputed_is_none():
 
 def test_r2_founding_scenario_partial_single_item_requests_raise():
     case = Case(requests=(_req(img(0, 1, 1, True)), _req(img(0, 1, 2, False))))
-    with pytest.raises(
-        NotImplementedError, match=r"^MM inputs where only some items are precomputed\.$"
-    ):
+    with pytest.raises(NotImplementedError, match=r"^MM inputs where only some items are precomputed\.$"):
         reference.precomputed_embedding(case)
 
 
@@ -158,3 +156,18 @@ def test_r5_split_is_lossless_and_each_part_passes():
     assert AGGREGATED.patch_count == 12
     for part in parts:
         reference.check_one_grid(Item(spans=(part.span,), hash=5, grid=(part.grid_row,)))
+
+
+@pytest.mark.parametrize(
+    ("devices", "lands_on"),
+    [
+        (("cpu", "cpu"), "cpu"),
+        (("cpu", "cuda"), "cuda"),  # the first CUDA item's device, not the first item's
+        (("cuda", "cpu"), "cuda"),
+        ((None, None), "cpu"),  # items on the case's device
+    ],
+)
+def test_r6_a_mixed_precomputed_batch_lands_on_the_first_cuda_items_device(devices, lands_on):
+    items = (Item(((0, 1),), 1, True, device=devices[0]), Item(((2, 3),), 2, True, device=devices[1]))
+    case = Case((Request(4, 0, 4, items[:1]), Request(4, 0, 4, items[1:])))
+    assert reference.precomputed_device(case) == lands_on

@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 from mmharness.checks import all_checks
 from mmharness.checks.outcome import DIVERGENCE, HAZARD
-from mmharness.runner import PASSED, SKIPPED, run_check
+from mmharness.runner import PASSED, SKIPPED, cuda_available, run_check
 from mmharness.selftest import kill, reference_status
 from mmharness.targets.engine_model import EngineModel
 from mmharness.targets.mutants import MUTANTS
@@ -28,6 +28,7 @@ WITNESSES = {
     "chunk.schedule_concat": "mutant:chunk_end_inclusive",
     "count.matches_reference": "mutant:count_inclusive_end",
     "device.cpu_equals_cuda": None,  # needs CUDA; see tests/test_cuda.py
+    "device.mixed_precomputed": None,  # needs CUDA; its witnesses are in tests/test_cuda.py
     "embed_mask.matches_reference": "mutant:mask_marks_text",
     "grid.one_grid_rule": "mutant:grid_check_at_least_one",
     "grid.split_matches_reference": "mutant:split_drops_last_patch_rows",
@@ -71,6 +72,8 @@ def test_unmutated_engine_model_agrees_with_the_reference(check_id):
 
 @pytest.mark.parametrize("name", sorted(MUTANTS))
 def test_mutant_is_killed(name, record_property):
+    if MUTANTS[name].needs_cuda and not cuda_available():
+        pytest.skip("needs a CUDA device (tests/test_cuda.py kills it there)")
     result = kill(name)
     assert result.killed_by, f"mutant {name} survived every check"
     record_property("examples_to_kill", result.examples)

@@ -278,9 +278,7 @@ def dup_across(case: Case) -> bool:
 
 
 def partial_inside_a_request(case: Case) -> bool:
-    return any(
-        len(r.items) > 1 and len({i.precomputed for i in r.items}) == 2 for r in case.requests
-    )
+    return any(len(r.items) > 1 and len({i.precomputed for i in r.items}) == 2 for r in case.requests)
 
 
 def full_beside_raw(case: Case) -> bool:
@@ -543,3 +541,15 @@ def test_checks_sharing_a_strategy_draw_different_cases_under_the_ci_profile():
     assert len(set(one) & set(two)) < 10, "each check explores its own sequence"
     again = boundary_classes.drawn(checks["prefill.matches_reference"], ReferenceTarget())
     assert again == one, "and it is the same sequence every run"
+
+
+def test_items_draw_their_own_devices_when_asked():
+    mixed = find(
+        strategies.cases(min_items_total=2, item_devices=("cpu", "cuda")),
+        lambda case: {item.device for _, _, item in case.items()} == {"cpu", "cuda"},
+    )
+    assert mixed.devices == {"cpu", "cuda"}
+    plain = find(strategies.cases(min_items_total=1), lambda case: True)
+    assert all(item.device is None for _, _, item in plain.items())
+    with pytest.raises(InvalidArgument, match="item_devices"):
+        strategies.cases(item_devices=("tpu",)).example()

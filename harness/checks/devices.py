@@ -1,4 +1,7 @@
-"""R6 check: CPU and CUDA give bit-identical results for the same case."""
+"""R6 checks: CPU and CUDA give bit-identical results; a batch mixing them lands where R6 says.
+
+Both need a CUDA device, and are skipped with that reason where none is visible.
+"""
 
 from __future__ import annotations
 
@@ -6,10 +9,10 @@ from dataclasses import replace
 from functools import partial
 
 from mmharness import tensors
-from mmharness.checks.common import plain
+from mmharness.checks.common import REFERENCE, plain
 from mmharness.checks.outcome import Outcome, expect_same, observe
 from mmharness.checks.prefill import run
-from mmharness.checks.registry import METAMORPHIC, check
+from mmharness.checks.registry import DIFFERENTIAL, METAMORPHIC, check
 from mmharness.model import Case
 from mmharness.targets.base import CHUNK, PRECOMPUTED, PREFILL, Target
 
@@ -66,3 +69,28 @@ def _moved(outcome: Outcome, device: str) -> Outcome:
     if isinstance(value, tuple):
         return Outcome(value=tuple(_moved(Outcome(value=v), device).value for v in value))
     return Outcome(value=value.to(device) if hasattr(value, "to") else value)
+
+
+def _mixed(device: str):
+    from mmharness import strategies as mst
+
+    return plain(mst.cases(coverage="all", min_items_total=2, item_devices=("cpu", "cuda")))
+
+
+@check(
+    "device.mixed_precomputed",
+    rule="R6",
+    family=DIFFERENTIAL,
+    needs={PRECOMPUTED},
+    examples=_mixed,
+    needs_cuda=True,
+)
+def mixed_precomputed(target: Target, case: Case, params: dict) -> None:
+    """Precomputed items on CPU and CUDA concatenate on the first CUDA item's device, bit-identical."""
+    import torch
+
+    actual = observe(partial(target.precomputed_embedding, case))
+    torch.cuda.synchronize()  # an engine may copy with non_blocking=True: wait before reading
+    expect_same(
+        case, "precomputed embedding", observe(partial(REFERENCE.precomputed_embedding, case)), actual
+    )

@@ -49,9 +49,10 @@ def _nbytes(tensor: torch.Tensor) -> int:
     return tensor.element_size() * tensor.nelement()
 
 
-def _target_device(chunks: Sequence[torch.Tensor]) -> torch.device:
+def _target_device(chunks: Sequence[torch.Tensor], *, cuda_first: bool = True) -> torch.device:
     """Where R2's concatenation lands: the first CUDA chunk's device, else the first chunk's."""
-    return next((c.device for c in chunks if c.device.type == "cuda"), chunks[0].device)
+    cuda = (c.device for c in chunks if c.device.type == "cuda") if cuda_first else iter(())
+    return next(cuda, chunks[0].device)
 
 
 class EmbeddingCache:
@@ -161,8 +162,7 @@ class EngineModel:
         tokens = sum(item.token_count for item in req.items)
         if flat.shape[0] != tokens and self.bug != "skip_row_validation":
             raise ValueError(
-                f"requests[{request}]: embedding has {flat.shape[0]} rows"
-                f" for {tokens} placeholder tokens"
+                f"requests[{request}]: embedding has {flat.shape[0]} rows for {tokens} placeholder tokens"
             )
         start, end = self._bounds(self._spans(req.items), req.prefix_len, req.extend_len)
         source = embedding if self.bug == "chunk_no_flatten" else flat
@@ -174,27 +174,29 @@ class EngineModel:
         self._validate(case)
         torch = _torch()
         requests = [
-            req
-            for req in case.requests
-            if req.items or self.bug == "precomputed_empty_request_not_skipped"
+            req for req in case.requests if req.items or self.bug == "precomputed_empty_request_not_skipped"
         ]
         present = [[item.precomputed for item in req.items] for req in requests]
         if not any(any(flags) for flags in present):
             return None
         if not all(all(flags) for flags in present):
             return self._partial_coverage(present)
-        chunks = [self._precomputed_chunk(case, req) for req in requests]
+        embeddings = [[tensors.item_embedding(case, item) for item in req.items] for req in requests]
+        every = [e for per_request in embeddings for e in per_request]
+        device = _target_device(every, cuda_first=self.bug != "precomputed_first_chunk_device")
+        if self.bug != "precomputed_no_device_move":
+            embeddings = [[e.to(device) for e in per_request] for per_request in embeddings]
+        chunks = [self._precomputed_chunk(req, e) for req, e in zip(requests, embeddings, strict=True)]
         if self.bug == "precomputed_request_order":
             chunks.reverse()
-        device = _target_device(chunks)
-        joined = torch.cat([chunk.to(device) for chunk in chunks], dim=-2)
+        joined = torch.cat(chunks, dim=-2)
         if self.bug == "precomputed_no_flatten":
             return joined
         return joined.reshape(-1, joined.shape[-1])
 
-    def _precomputed_chunk(self, case: Case, req: Request) -> torch.Tensor:
+    def _precomputed_chunk(self, req: Request, embeddings: list[torch.Tensor]) -> torch.Tensor:
         """R1 over the request's concatenated precomputed embeddings (kept in their ``ndim``)."""
-        joined = _torch().cat([tensors.item_embedding(case, item) for item in req.items], dim=-2)
+        joined = _torch().cat(embeddings, dim=-2)
         if self.bug == "precomputed_ignores_window":
             return joined
         return _rows(joined, *self._bounds(self._spans(req.items), req.prefix_len, req.extend_len))
@@ -228,9 +230,7 @@ class EngineModel:
         if path not in PATHS:
             raise ValueError(f"unknown path {path!r}; expected one of {', '.join(PATHS)}")
         self._validate(case)
-        inside = [
-            [item for item in req.items if self._overlaps(item, req)] for req in case.requests
-        ]
+        inside = [[item for item in req.items if self._overlaps(item, req)] for req in case.requests]
         if not any(inside):
             return None
         cache = self.new_cache(0) if cache is None else cache
@@ -343,9 +343,7 @@ class EngineModel:
                 cache.put(item.hash, block if self.bug == "cache_keeps_encoder_view" else block.clone())
         return len(misses)
 
-    def _blocks(
-        self, output: torch.Tensor | list[torch.Tensor], items: Sequence[Item]
-    ) -> list[torch.Tensor]:
+    def _blocks(self, output: torch.Tensor | list[torch.Tensor], items: Sequence[Item]) -> list[torch.Tensor]:
         """One 2-D block per item from either encoder form (a tensor, or a list per item)."""
         if isinstance(output, list):
             if self.bug == "prefill_list_output_unflattened":
@@ -472,17 +470,13 @@ class EngineModel:
         if len(whole.spans) == 1:
             return [item]
         if len(whole.spans) != len(whole.grid):
-            raise ValueError(
-                f"cannot split {len(whole.spans)} spans over {len(whole.grid)} grid rows"
-            )
+            raise ValueError(f"cannot split {len(whole.spans)} spans over {len(whole.grid)} grid rows")
         bounds = list(accumulate((t * h * w for t, h, w in whole.grid), initial=0))
         if self.bug == "split_drops_last_patch_rows":
             bounds[-1] -= 1
         return [
             FeatureItem(self._part(whole, span, grid_row), item.features[lo:hi])
-            for span, grid_row, (lo, hi) in zip(
-                whole.spans, whole.grid, pairwise(bounds), strict=True
-            )
+            for span, grid_row, (lo, hi) in zip(whole.spans, whole.grid, pairwise(bounds), strict=True)
         ]
 
     def _part(self, whole: Item, span: Span, grid_row: tuple[int, int, int]) -> Item:

@@ -28,19 +28,17 @@ class Mutant:
     rule: str
     description: str
     hazard: bool = False
+    needs_cuda: bool = False
+    """Only a batch mixing CPU and CUDA tensors shows it: killed on a GPU machine only."""
 
 
 _MUTANTS = (
     # R1 chunk, and the validation every rule relies on
-    Mutant(
-        "chunk_start_off_by_one", "R1", "start counts the placeholder at prefix_len as prefilled"
-    ),
+    Mutant("chunk_start_off_by_one", "R1", "start counts the placeholder at prefix_len as prefilled"),
     Mutant("chunk_end_inclusive", "R1", "the window end prefix_len + extend_len counts as inside"),
     Mutant("chunk_no_flatten", "R1", "a [1, n, H] embedding is sliced without flattening to 2-D"),
     Mutant("chunk_first_span_only", "R1", "offsets use only the first span of a multi-span item"),
-    Mutant(
-        "chunk_nonempty_at_zero_extend", "R1", "extend_len 0 reads as 'to the end': rows returned"
-    ),
+    Mutant("chunk_nonempty_at_zero_extend", "R1", "extend_len 0 reads as 'to the end': rows returned"),
     Mutant(
         "skip_span_validation",
         "R1",
@@ -55,16 +53,24 @@ _MUTANTS = (
     ),
     # R2 precomputed concat
     Mutant("precomputed_request_order", "R2", "request chunks are concatenated in reverse order"),
-    Mutant(
-        "precomputed_empty_request_not_skipped", "R2", "an item-less request crashes the concat"
-    ),
-    Mutant(
-        "precomputed_fallback_inverted", "R2", "partial coverage: raise and None fallback swapped"
-    ),
+    Mutant("precomputed_empty_request_not_skipped", "R2", "an item-less request crashes the concat"),
+    Mutant("precomputed_fallback_inverted", "R2", "partial coverage: raise and None fallback swapped"),
     Mutant("precomputed_wrong_error_class", "R2", "partial coverage raises ValueError"),
     Mutant("precomputed_wrong_message", "R2", "partial coverage raises with another message"),
     Mutant("precomputed_ignores_window", "R2", "whole embeddings, ignoring the window (0.4.x)"),
     Mutant("precomputed_no_flatten", "R2", "a 3-D [1, n, H] result is not flattened to 2-D"),
+    Mutant(
+        "precomputed_no_device_move",
+        "R6",
+        "mixed-device chunks are concatenated where they lie (a CUDA run crashes)",
+        needs_cuda=True,
+    ),
+    Mutant(
+        "precomputed_first_chunk_device",
+        "R6",
+        "the concatenation lands on the first chunk's device, not the first CUDA chunk's",
+        needs_cuda=True,
+    ),
     # R3 chunked prefill and the embedding cache
     Mutant("prefill_cache_warmth", "R3", "a warm hit serves the item's chunk of an earlier window"),
     Mutant(
@@ -85,18 +91,12 @@ _MUTANTS = (
         "items wholly before the window are encoded again",
         hazard=True,
     ),
-    Mutant(
-        "prefill_duplicate_encode", "R3", "one (hash, count) encoded once per occurrence", hazard=True
-    ),
+    Mutant("prefill_duplicate_encode", "R3", "one (hash, count) encoded once per occurrence", hazard=True),
     Mutant("prefill_request_order", "R3", "request chunks are concatenated in reverse order"),
     Mutant("prefill_list_output_unflattened", "R3", "list-form [1, n, H] blocks are not flattened"),
-    Mutant(
-        "prefill_per_request_skips_cached", "R3", "per-request path: an all-hit request is skipped"
-    ),
+    Mutant("prefill_per_request_skips_cached", "R3", "per-request path: an all-hit request is skipped"),
     Mutant("prefill_per_request_off_by_one", "R3", "per-request path: the window starts one late"),
-    Mutant(
-        "prefill_reads_back_from_cache", "R3", "rows read back from the cache: a refused item drops"
-    ),
+    Mutant("prefill_reads_back_from_cache", "R3", "rows read back from the cache: a refused item drops"),
     Mutant(
         "prefill_overlap_by_extent",
         "R3",
@@ -126,9 +126,7 @@ _MUTANTS = (
     # R3e end to end
     Mutant("mask_first_placeholder_only", "R3e", "the mask uses only the first placeholder id"),
     Mutant("mask_marks_text", "R3e", "the mask marks the text tokens instead of the placeholders"),
-    Mutant(
-        "embed_mask_skips_precomputed", "R3e", "precomputed rows are never tried (encoder only)"
-    ),
+    Mutant("embed_mask_skips_precomputed", "R3e", "precomputed rows are never tried (encoder only)"),
     # R4 count and adjust
     Mutant("count_inclusive_end", "R4", "the count includes the position at the window end"),
     Mutant("adjust_keeps_first", "R4", "surplus rows are cut from the end, keeping the first"),
@@ -148,9 +146,7 @@ _MUTANTS = (
     Mutant("grid_check_first_item_only", "R5", "only the first item's grid is checked"),
     Mutant("split_drops_last_patch_rows", "R5", "the last split item loses its last feature row"),
     Mutant("split_keeps_aggregated_grid", "R5", "split items keep the whole aggregated grid"),
-    Mutant(
-        "split_spans_relative", "R5", "split spans become offsets from the item's first position"
-    ),
+    Mutant("split_spans_relative", "R5", "split spans become offsets from the item's first position"),
 )
 
 MUTANTS: dict[str, Mutant] = {m.name: m for m in _MUTANTS}

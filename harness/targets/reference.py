@@ -40,7 +40,9 @@ class ReferenceTarget:
     def precomputed_embedding(self, case: Case) -> torch.Tensor | None:
         validate(case)
         rows = reference.precomputed_embedding(case)
-        return None if rows is None else tensors.materialise(case, rows)
+        return (
+            None if rows is None else tensors.materialise(case, rows).to(reference.precomputed_device(case))
+        )
 
     def new_cache(self, max_size: int) -> None:
         return None

@@ -8,13 +8,13 @@ last, over the whole batch, because "partial" is a property of the batch.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from itertools import product
 
 from hypothesis import strategies as st
 from hypothesis.errors import InvalidArgument
 from hypothesis.strategies import DrawFn, SearchStrategy
-from mmharness.model import DEVICES, DTYPES, NDIMS, Case, Request
+from mmharness.model import DEVICES, DTYPES, NDIMS, Case, Item, Request
 from mmharness.strategies._internal.choices import integer
 from mmharness.strategies._internal.coverage import COVERAGES, draw_coverage, min_items_for
 from mmharness.strategies._internal.items import HashPool
@@ -40,21 +40,34 @@ class Format:
 
     combos: tuple[tuple[int, str, int], ...]
     device: str
+    item_devices: tuple[str, ...] = ()
+    """Devices each item draws its own from; empty: every item on ``device``."""
 
     def draw_case(self, draw: DrawFn, requests: Sequence[Request]) -> Case:
         index = integer(draw, 0, len(self.combos) - 1)
         hidden, dtype, ndim = self.combos[index]
+        if self.item_devices:
+            requests = [replace(r, items=tuple(self._placed(draw, i) for i in r.items)) for r in requests]
         return Case(tuple(requests), hidden=hidden, dtype=dtype, ndim=ndim, device=self.device)
+
+    def _placed(self, draw: DrawFn, item: Item) -> Item:
+        return replace(item, device=self.item_devices[integer(draw, 0, len(self.item_devices) - 1)])
 
 
 def check_format(
-    *, hiddens: Sequence[int], dtypes: Sequence[str], ndims: Sequence[int], device: str
+    *,
+    hiddens: Sequence[int],
+    dtypes: Sequence[str],
+    ndims: Sequence[int],
+    device: str,
+    item_devices: Sequence[str] = (),
 ) -> Format:
     hs = check_positive_ints("hiddens", hiddens)
     ds = check_subset("dtypes", dtypes, DTYPES)
     ns = check_subset("ndims", ndims, NDIMS)
     check_choice("device", device, DEVICES)
-    return Format(tuple(product(hs, ds, ns)), device)
+    placed = check_subset("item_devices", item_devices, DEVICES) if item_devices else ()
+    return Format(tuple(product(hs, ds, ns)), device, tuple(placed))
 
 
 def build_requests(
@@ -130,18 +143,23 @@ def cases(
     collisions: bool = False,
     min_items_total: int = 0,
     device: str = "cpu",
+    item_devices: Sequence[str] = (),
 ) -> SearchStrategy[Case]:
     """Well-formed batches: the input of every differential and metamorphic check.
 
     ``coverage`` ("any", "all", "none", "partial") decides ``precomputed``;
     ``duplicates`` reuses a hash for an item of the same token count (within and
     across requests), ``collisions`` reuses one for a different token count;
-    ``min_items_total`` guarantees items for checks that need one.
+    ``min_items_total`` guarantees items for checks that need one;
+    ``item_devices`` (e.g. ``("cpu", "cuda")``) gives each item a device of its
+    own, drawn from those: a batch mixing devices (R6).
     """
     shape = check_shape(
         max_items=max_items, max_spans_per_item=max_spans_per_item, max_seq_len=max_seq_len
     )
-    fmt = check_format(hiddens=hiddens, dtypes=dtypes, ndims=ndims, device=device)
+    fmt = check_format(
+        hiddens=hiddens, dtypes=dtypes, ndims=ndims, device=device, item_devices=item_devices
+    )
     check_int("min_requests", min_requests, min_value=0)
     check_int("max_requests", max_requests, min_value=0)
     check_order("min_requests", min_requests, "max_requests", max_requests)
