@@ -38,6 +38,8 @@ from collections import defaultdict
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
+from mmharness.workers import count
+
 RULES_FILE = "sglang/srt/managers/mm_schedule.py"
 OPERATORS = (
     "core/NumberReplacer",
@@ -144,7 +146,9 @@ def run_worker(copy: Path, jobs: list[dict]) -> list[dict]:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--release", default="0.5.23", help="the SGLang release whose rules file is mutated")
-    parser.add_argument("-n", "--workers", type=int, default=os.cpu_count() or 1)
+    parser.add_argument(
+        "-n", "--workers", type=count, default="auto", help="copies checked at once, or auto (one per core)"
+    )
     parser.add_argument("--limit", type=int, help="only the first N mutants (a quick look)")
     parser.add_argument("--function", action="append", help="only mutants inside these functions")
     parser.add_argument("--json", help="write every mutant's outcome here")
