@@ -337,3 +337,18 @@ def test_workers_give_the_serial_run_its_results_findings_and_replays(capsys, tm
 def test_a_bad_worker_count_is_a_usage_error(capsys, value, words):
     code, _, err = run(capsys, "check", "-n", value)
     assert code == 2 and words in err
+
+
+def test_a_mixed_device_case_replays_where_cuda_is_and_says_why_it_cannot_elsewhere(capsys, tmp_path):
+    from mmharness.model import Case, Item, Request
+    from mmharness.payload import dumps
+    from mmharness.runner import cuda_available
+
+    items = (Item(((0, 1),), 1, True), Item(((2, 3),), 2, True, device="cuda"))
+    saved = tmp_path / "mixed.json"
+    saved.write_text(dumps(Case((Request(4, 0, 4, items),)), check="device.mixed_precomputed"))
+    code, out, _ = run(capsys, "replay", str(saved))
+    if cuda_available():
+        assert code == 0 and "PASS" in out
+    else:
+        assert code == 4 and "no CUDA device" in out
