@@ -12,7 +12,9 @@ count. For each mutant the file is rewritten in a private copy of the release
 and ``mmharness check --target COPY --baseline BASE`` runs, BASE being the
 report of the unmutated copy: a mutant is *killed* when the run fails (exit 1:
 a new way of failing), *timed out* when it exceeds the limit (also a kill),
-and *survives* otherwise. Workers run in parallel, each on its own copy. The
+and *survives* otherwise. With ``--strict`` a new hazard or could-not-test
+signature kills too (wasted encoder work, a cache keeping views: behaviour
+that follows the rules but changed). Workers run in parallel, each on its own copy. The
 report gives the kill rate per function and every survivor with its diff.
 
 cosmic-ray fits because it mutates a file on disk by (operator, occurrence)
@@ -114,7 +116,7 @@ def check(target: Path, *extra: str) -> int:
     return done.returncode
 
 
-def run_worker(copy: Path, jobs: list[dict]) -> list[dict]:
+def run_worker(copy: Path, jobs: list[dict], strict: bool = False) -> list[dict]:
     """Every job on one private copy of the release: mutate, check against the copy's baseline, restore."""
     from cosmic_ray.mutating import mutate_code
     from cosmic_ray.plugins import get_operator
@@ -131,7 +133,7 @@ def run_worker(copy: Path, jobs: list[dict]) -> list[dict]:
             continue
         rules.write_text(mutated)
         started = time.perf_counter()
-        code = check(copy, "--baseline", str(baseline), "--fail-fast")
+        code = check(copy, "--baseline", str(baseline), "--fail-fast", *(["--strict"] if strict else []))
         rules.write_text(original)
         outcome = OUTCOMES.get(code, f"exit {code}")
         lines = difflib.unified_diff(original.splitlines(True), mutated.splitlines(True), n=0)
@@ -152,6 +154,7 @@ def main() -> int:
     parser.add_argument("--limit", type=int, help="only the first N mutants (a quick look)")
     parser.add_argument("--function", action="append", help="only mutants inside these functions")
     parser.add_argument("--json", help="write every mutant's outcome here")
+    parser.add_argument("--strict", action="store_true", help="a new hazard or could-not-test kills too")
     args = parser.parse_args()
 
     from mmharness.engines.sglang.adapter import fetch
@@ -170,7 +173,8 @@ def main() -> int:
         print(f"{len(jobs)} mutants of {RULES_FILE} in sglang=={args.release}, {args.workers} workers")
         shares = [jobs[k :: args.workers] for k in range(args.workers)]
         with ProcessPoolExecutor(max_workers=args.workers) as pool:
-            results = [r for part in pool.map(run_worker, copies, shares) for r in part]
+            stricts = [args.strict] * len(copies)
+            results = [r for part in pool.map(run_worker, copies, shares, stricts) for r in part]
     report(results)
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=2) + "\n")
