@@ -113,3 +113,10 @@ def test_the_stateful_check_sees_a_collision_served_across_steps():
         CHECKS["prefill.stateful"], resolve("mutant:prefill_cache_ignores_row_count"), profile="ci"
     )
     assert result.status == HAZARD, result.reason
+
+
+def test_a_warm_re_encode_of_items_cached_alone_is_its_own_way_of_failing():
+    """Apart from the class an engine shows beside multi-span items (docs/atlas.md), so a baseline
+    holding that one does not hide this one."""
+    result = run_check(CHECKS["prefill.stateful"], resolve("mutant:warm_hit_always_misses"), profile="ci")
+    assert "a warm cache with room re-encoded an item it holds" in {f.signature for f in result.findings}
