@@ -155,6 +155,9 @@ def main() -> int:
     parser.add_argument("--function", action="append", help="only mutants inside these functions")
     parser.add_argument("--json", help="write every mutant's outcome here")
     parser.add_argument("--strict", action="store_true", help="a new hazard or could-not-test kills too")
+    parser.add_argument(
+        "--survivors-of", metavar="JSON", help="only the mutants that survived in an earlier run's --json"
+    )
     args = parser.parse_args()
 
     from mmharness.engines.sglang.adapter import fetch
@@ -169,6 +172,10 @@ def main() -> int:
         jobs = mutations(copies[0] / RULES_FILE, workdir)
         if args.function:
             jobs = [job for job in jobs if job["function"] in args.function]
+        if args.survivors_of:
+            earlier = json.loads(Path(args.survivors_of).read_text())
+            alive = {(r["operator"], r["occurrence"]) for r in earlier if r["outcome"] == "survived"}
+            jobs = [job for job in jobs if (job["operator"], job["occurrence"]) in alive]
         jobs = jobs[: args.limit] if args.limit else jobs
         print(f"{len(jobs)} mutants of {RULES_FILE} in sglang=={args.release}, {args.workers} workers")
         shares = [jobs[k :: args.workers] for k in range(args.workers)]
