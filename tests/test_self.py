@@ -120,3 +120,23 @@ def test_a_warm_re_encode_of_items_cached_alone_is_its_own_way_of_failing():
     holding that one does not hide this one."""
     result = run_check(CHECKS["prefill.stateful"], resolve("mutant:warm_hit_always_misses"), profile="ci")
     assert "a warm cache with room re-encoded an item it holds" in {f.signature for f in result.findings}
+
+
+class _EncodesWholeRequests(EngineModel):
+    """Right rows, but every step also encodes each request's items together, cache or not."""
+
+    def chunked_prefill_embedding(self, case, encoder, *, cache=None, path="batched"):
+        for request in case.requests:
+            if len(request.items) > 1:
+                encoder(list(request.items))
+        return super().chunked_prefill_embedding(case, encoder, cache=cache, path=path)
+
+
+def test_a_whole_request_encoded_again_is_its_own_way_of_failing():
+    """A whole-request cache entry that is never hit (a wrong expected count, a wrong key) shows
+    as the same items encoded together again: not the class of items cached alone."""
+    result = run_check(CHECKS["prefill.stateful"], _EncodesWholeRequests(), profile="ci")
+    together = (
+        "a warm cache with room re-encoded an item it holds, all the items it had encoded together before"
+    )
+    assert together in {f.signature for f in result.findings}, [f.signature for f in result.findings]

@@ -70,6 +70,8 @@ class Machine:
     cache: Any = None
     warm: bool = True
     held: set[tuple[int, int]] = field(default_factory=set)
+    together: set[tuple[tuple[int, int], ...]] = field(default_factory=set)
+    """Sets of items the encoder was handed in one call while the cache was warm (a request encoded whole)."""
     hazards: list[Hazard] = field(default_factory=list)
     progress: list[int] = field(default_factory=list)
     colliding: set[int] = field(default_factory=set)
@@ -86,6 +88,7 @@ class Machine:
             self.cache = self.target.new_cache(self._size(step["size"]))
             self.warm = step["size"] == "unlimited"
             self.held.clear()
+            self.together.clear()
         elif step["op"] == program.EMBED and EMBED_AND_MASK in self.target.capabilities:
             batch = program.window_case(self.case, self.progress, step["requests"], step["lengths"])
             encoder = BufferReusingEncoder(batch, "tensor")
@@ -133,6 +136,9 @@ class Machine:
                 for item in request.items
             }
             beside = ", beside a multi-span item in its request" if set(again) <= whole else ""
+            repeated = [call for call in encoder.calls if len(call) > 1 and _group(call) in self.together]
+            if repeated:  # the same items, encoded together again: a whole-request entry never hit
+                beside = ", all the items it had encoded together before"
             self.hazards.append(
                 Hazard(
                     f"{what}: a warm cache with room re-encoded {again}{beside}",
@@ -143,9 +149,14 @@ class Machine:
             )
         if self.warm and self.cache is not None:  # a target without a cache holds nothing
             self.held.update(encoder.encoded)
+            self.together.update(_group(call) for call in encoder.calls if len(call) > 1)
 
     def _windows(self, batch: Case) -> str:
         return ", ".join(f"[{r.prefix_len}, {r.prefix_len + r.extend_len})" for r in batch.requests)
+
+
+def _group(call: list[tuple[int, int]]) -> tuple[tuple[int, int], ...]:
+    return tuple(sorted(set(call)))
 
 
 def _scribble_hazard(failure: Failure, actual: Outcome) -> Failure:
