@@ -93,11 +93,16 @@ class HashPool:
         return None
 
 
+SHAPES_PER_SPAN_CAP = 3
+"""Item shapes per allowed span count: images and videos (twice), then audio."""
+
+
 def _shape(shape: int, cap: int) -> tuple[int, str]:
-    """Shapes ``0 .. 2*cap``: span counts ``1..cap`` (twice each; video when > 1), then audio."""
-    if shape == 2 * cap:
-        return 1, "audio"
+    """Shapes ``0 .. 3*cap - 1``: span counts ``1..cap`` (twice each; video when > 1), then audio
+    with ``1..cap`` spans (a clip interleaved with its transcript: several runs, one item)."""
     n_spans = shape % cap + 1
+    if shape >= 2 * cap:
+        return n_spans, "audio"
     return n_spans, "video" if n_spans > 1 else "image"
 
 
@@ -113,7 +118,7 @@ def draw_items(
     for i in range(count):
         later = count - 1 - i
         cap = min(max_spans, stop - pos - later)
-        kind, shape, source = pool.head(draw, 2 * cap + 1)
+        kind, shape, source = pool.head(draw, SHAPES_PER_SPAN_CAP * cap)
         item = None
         if kind == "duplicate" and source is not None:
             lengths = [end - start + 1 for start, end in source.spans]
