@@ -408,8 +408,7 @@ def _check(args: argparse.Namespace) -> int:
         return interrupts.exit_code()
     if _nothing_ran(results):
         return NOTHING_RAN
-    new = [f.kind for r in results for f in r.findings if known is None or not known.tolerates(r, f)]
-    return _exit_code(new, strict=args.strict)
+    return _exit_code([f.kind for r in results for f in _untolerated(r, known)], strict=args.strict)
 
 
 def _nothing_ran(results) -> bool:
@@ -464,11 +463,15 @@ class _FailedFast(Exception):
     """``--fail-fast`` met a check that fails the run."""
 
 
+def _untolerated(result, known) -> list:
+    """The result's findings the baseline (if any) does not know: what counts against the run."""
+    return [f for f in result.findings if known is None or not known.tolerates(result, f)]
+
+
 def _fails(result, known, strict: bool) -> bool:
     from mmharness.runner import fails_run
 
-    new = [f for f in result.findings if known is None or not known.tolerates(result, f)]
-    return any(fails_run(f.kind, strict=strict) for f in new)
+    return any(fails_run(f.kind, strict=strict) for f in _untolerated(result, known))
 
 
 def _exit_code(kinds: list[str], *, strict: bool) -> int:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import replace
+from itertools import islice
 
 from mmharness.model import Case, Request
 
@@ -38,20 +39,28 @@ def request_windows(request: Request, limit: int) -> list[tuple[int, int]]:
     come first; the rest are sampled at an even stride, so the choice depends
     on the layout alone (a shrink replays the same windows).
     """
-    points = edges(request)
-    exact = {0, request.seq_len} | {
-        p for item in request.items for start, end in item.spans for p in (start, end + 1)
-    }
+    exact = sorted(
+        {0, request.seq_len}
+        | {p for item in request.items for start, end in item.spans for p in (start, end + 1)}
+    )
     own = (request.prefix_len, request.extend_len)
-    pairs = [(a, b - a) for i, a in enumerate(points) for b in points[i:] if (a, b - a) != own]
-    first = [w for w in pairs if w[0] in exact and w[0] + w[1] in exact]
-    rest = [w for w in pairs if not (w[0] in exact and w[0] + w[1] in exact)]
-    chosen = first[:limit]
+    # Exact-edge windows alone can fill the limit: the near-edge ones are listed only when they cannot.
+    chosen = list(islice(_pairs(exact, own), limit))
     room = limit - len(chosen)
-    if room > 0 and rest:
-        stride = max(1, len(rest) // room)
-        chosen += rest[::stride][:room]
+    if room > 0:
+        on_edges = set(exact)
+        rest = [w for w in _pairs(edges(request), own) if not (w[0] in on_edges and sum(w) in on_edges)]
+        if rest:
+            chosen += rest[:: max(1, len(rest) // room)][:room]
     return chosen
+
+
+def _pairs(points: list[int], own: tuple[int, int]) -> Iterator[tuple[int, int]]:
+    """Every window ``(start, length)`` from one point to a later (or the same) one, but ``own``."""
+    for i, a in enumerate(points):
+        for b in points[i:]:
+            if (a, b - a) != own:
+                yield a, b - a
 
 
 def windows_of(case: Case, *, limit: int = MAX_WINDOWS) -> Iterator[Case]:

@@ -48,6 +48,7 @@ from __future__ import annotations
 
 import inspect
 import json
+import os
 import sys
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
@@ -591,3 +592,19 @@ def main(
         args.insert(1, f"-dict={words}")
     atheris.Setup(args, test_one_input)
     atheris.Fuzz()
+
+
+def bundled_main(parser: str) -> None:
+    """The entry point of a ClusterFuzzLite build (``.clusterfuzzlite/fuzz_*.py``).
+
+    Packaged by ``compile_python_fuzzer``, the release fetched at build time and the
+    known findings ship in the bundle (``sys._MEIPASS``); run from a checkout, they
+    come from the cache and ``corpus/``. ``MMHARNESS_FUZZ_RELEASE`` picks the release.
+    """
+    bundle = getattr(sys, "_MEIPASS", None)
+    if bundle is not None:
+        os.environ.setdefault("MMHARNESS_CACHE", str(Path(bundle) / "mmharness-cache"))
+    known = Path(bundle or "corpus") / "fuzz-baseline.json"
+    baseline = Baseline.load(known) if known.is_file() else None
+    release = os.environ.get("MMHARNESS_FUZZ_RELEASE", DEFAULT_TARGET.partition("==")[2])
+    main(sys.argv, parser=parser, target=f"sglang=={release}", baseline=baseline)
