@@ -9,6 +9,7 @@ Errors are raised as the rules say an engine raises them (class and message).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from mmharness.model import Case, GridRow, Item, Request, Row, Span
 
@@ -95,30 +96,47 @@ def chunked_prefill_embedding(case: Case) -> list[Row] | None:
     return rows or None
 
 
-def items_in_windows(case: Case) -> set[tuple[int, int]]:
+def items_in_windows(case: Case, *, extent: bool = False) -> set[tuple[int, int]]:
     """``(hash, token_count)`` of every item with a position inside its request's window.
 
     These, and only these, may reach the encoder; each at most once per batch.
+    With ``extent``, an item counts when any position from its first to its last
+    lies inside (the gaps of a multi-span item included).
     """
     return {
         (item.hash, item.token_count)
         for r in case.requests
         for item in r.items
-        if any(p in r.window for p in item.positions())
+        if any(p in r.window for p in (_extent(item) if extent else item.positions()))
     }
 
 
-def has_collision(case: Case) -> bool:
+def _extent(item: Item) -> range:
+    return range(item.spans[0][0], item.spans[-1][1] + 1) if item.spans else range(0)
+
+
+def has_collision(case: Case, *, extent: bool = False) -> bool:
     """Whether two items inside windows share a hash but not a token count (R3's adversarial case)."""
-    return _collide(items_in_windows(case))
+    return _collide(items_in_windows(case, extent=extent))
 
 
 def has_any_collision(case: Case) -> bool:
-    """Whether any two items of the batch share a hash but not a token count."""
-    return _collide({(item.hash, item.token_count) for _, _, item in case.items()})
+    """Whether any two items of the batch share a hash but not a token count or a placeholder layout.
+
+    Equal content has one layout (a processor derives an item's placeholder
+    tokens from it), so equal hashes whose spans differ in shape are a collision
+    too, for an engine that caches an item at its placeholder length.
+    """
+    keys = {(item.hash, (item.token_count, _layout(item))) for _, _, item in case.items()}
+    return _collide(keys)
 
 
-def _collide(keys: set[tuple[int, int]]) -> bool:
+def _layout(item: Item) -> tuple[int, ...]:
+    first = item.spans[0][0] if item.spans else 0
+    return tuple(p - first for p in item.positions())
+
+
+def _collide(keys: set[tuple[int, Any]]) -> bool:
     return len({h for h, _ in keys}) < len(keys)
 
 

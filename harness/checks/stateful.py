@@ -27,11 +27,11 @@ from typing import Any
 from mmharness import steps as program
 from mmharness.checks.common import REFERENCE, collisions_are_hazards
 from mmharness.checks.embed_mask import compare
-from mmharness.checks.outcome import Failure, Hazard, Outcome, observe
+from mmharness.checks.outcome import Failure, Hazard, Outcome, is_clear_error, observe
 from mmharness.checks.prefill import UNLIMITED, same
 from mmharness.checks.registry import DIFFERENTIAL, check
 from mmharness.model import Case
-from mmharness.targets.base import EMBED_AND_MASK, PER_REQUEST_PATH, PREFILL, Encoder, Target
+from mmharness.targets.base import EMBED_AND_MASK, PREFILL, Encoder, Target, paths_of
 
 SCRIBBLE = 512.0
 """What a reused encoder buffer is overwritten with: exact in every dtype, and no item row holds it."""
@@ -92,7 +92,15 @@ class Machine:
         elif step["op"] == program.EMBED and EMBED_AND_MASK in self.target.capabilities:
             batch = program.window_case(self.case, self.progress, step["requests"], step["lengths"])
             encoder = BufferReusingEncoder(batch, "tensor")
-            compare(self.target, batch, encoder, self.cache, f"step {k} (end to end)", _scribble_hazard)
+            compare(
+                self.target,
+                batch,
+                encoder,
+                self.cache,
+                f"step {k} (end to end)",
+                _scribble_hazard,
+                self._refused_collision,
+            )
             self._watch_encoder(f"step {k} (end to end)", encoder, batch)
             if step.get("scribble"):
                 encoder.scribble()
@@ -107,14 +115,15 @@ class Machine:
 
     def _prefill(self, k: int, step: dict) -> None:
         batch = program.window_case(self.case, self.progress, step["requests"], step["lengths"])
-        path = step.get("path", "batched")
-        if PER_REQUEST_PATH not in self.target.capabilities:
-            path = "batched"
+        default, *others = paths_of(self.target)
+        path = others[0] if others and step.get("path") == "per_request" else default
         encoder = BufferReusingEncoder(batch, step.get("form", "tensor"))
         call = partial(self.target.chunked_prefill_embedding, batch, encoder, cache=self.cache, path=path)
         actual = observe(call)
         expected = observe(partial(REFERENCE.chunked_prefill_embedding, batch, Encoder(batch)))
         what = f"step {k} ({path} path)"
+        if self._refused_collision(batch, actual):
+            return
         try:
             same(batch, what, expected, actual)
         except Failure as failure:
@@ -123,6 +132,14 @@ class Machine:
         self._watch_encoder(what, encoder, batch)
         if step.get("scribble"):
             encoder.scribble()
+
+    def _refused_collision(self, batch: Case, actual: Outcome) -> bool:
+        """A clear refusal of a batch holding a hash the case gives two token counts (now or in the cache)."""
+        return (
+            actual.raised
+            and is_clear_error(actual.error)
+            and any(item.hash in self.colliding for _, _, item in batch.items())
+        )
 
     def _watch_encoder(self, what: str, encoder: Encoder, batch: Case) -> None:
         again = [key for key in encoder.encoded if key in self.held and key[0] not in self.colliding]

@@ -32,7 +32,8 @@ ALL_CAPABILITIES = frozenset(
     {CHUNK, PRECOMPUTED, PREFILL, PER_REQUEST_PATH, EMBED_AND_MASK, COUNT, ADJUST, ONE_GRID, SPLIT}
 )
 
-Path = Literal["batched", "per_request"]
+Path = str
+"""A target's name for one of its paths (``batched``, ``per_request``; ``v1``, ``v2``)."""
 EncoderForm = Literal["tensor", "list"]
 
 
@@ -76,6 +77,20 @@ def gap_in(error: BaseException | None) -> HarnessGap | None:
         seen.add(id(error))
         error = error.__cause__ or error.__context__
     return None
+
+
+def paths_of(target: object) -> tuple[str, ...]:
+    """The paths a target can take to one answer, its default first.
+
+    A target names its own in ``paths``; without, one declaring
+    ``PER_REQUEST_PATH`` has ``batched`` and ``per_request``, any other ``batched``.
+    """
+    declared = getattr(target, "paths", None)
+    if declared:
+        return tuple(declared)
+    if PER_REQUEST_PATH in getattr(target, "capabilities", frozenset()):
+        return ("batched", "per_request")
+    return ("batched",)
 
 
 def missing_methods(target: object) -> list[str]:

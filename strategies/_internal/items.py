@@ -21,7 +21,7 @@ from typing import NamedTuple
 from hypothesis.strategies import DrawFn
 from mmharness.model import Span
 from mmharness.strategies._internal.choices import Tape, index, integer
-from mmharness.strategies._internal.spans import place_spans
+from mmharness.strategies._internal.spans import place_copy, place_spans
 
 HASH_BASE_LIMIT = 1000
 """Fresh hashes are ``base + k`` with ``base`` drawn once per batch: small, distinct, cheap."""
@@ -121,11 +121,9 @@ def draw_items(
         kind, shape, source = pool.head(draw, SHAPES_PER_SPAN_CAP * cap)
         item = None
         if kind == "duplicate" and source is not None:
-            lengths = [end - start + 1 for start, end in source.spans]
-            if sum(lengths) + later <= stop - pos:
-                placed, pos = place_spans(
-                    draw, start=pos, stop=stop, count=len(lengths), reserve=later, lengths=lengths
-                )
+            copy = place_copy(draw, source.spans, start=pos, stop=stop, reserve=later)
+            if copy is not None:
+                placed, pos = copy
                 item = ItemDraft(tuple(placed), source.hash, source.modality)
         if item is None:
             n_spans, modality = _shape(shape, cap)

@@ -22,6 +22,23 @@ GAP_FAVOURED = (0, 0, 1)
 """Adjacent spans twice as often as a one-token gap; both are where bugs are."""
 
 
+def place_copy(
+    draw: DrawFn | Tape, source: Sequence[Span], *, start: int, stop: int, reserve: int = 0
+) -> tuple[list[Span], int] | None:
+    """``source``'s spans, gaps and all, moved to a drawn start in ``[start, stop - reserve)``.
+
+    How a duplicate is placed: equal content has one placeholder structure (a
+    processor derives the gaps between a video's frames from the video), so
+    only where the copy starts is drawn. ``None`` when it does not fit.
+    """
+    first, last = source[0][0], source[-1][1]
+    room = stop - reserve - (last - first + 1) - start
+    if room < 0:
+        return None
+    shift = start + pick(draw, 0, room, GAP_FAVOURED, spread=max(1, room // (reserve + 1))) - first
+    return [(s + shift, e + shift) for s, e in source], last + shift + 1
+
+
 def place_spans(
     draw: DrawFn | Tape,
     *,
@@ -29,35 +46,27 @@ def place_spans(
     stop: int,
     count: int,
     reserve: int = 0,
-    lengths: Sequence[int] | None = None,
 ) -> tuple[list[Span], int]:
     """Lay ``count`` disjoint increasing spans in ``[start, stop - reserve)``.
 
     ``reserve`` keeps one token per span that a later item still has to place,
     so a layout never paints itself into a corner and nothing is filtered.
-    With ``lengths`` the spans copy another item's shape (only the gaps are
-    drawn), which is how duplicates get an equal token count. Returns the spans
-    and the position after the last one.
+    Returns the spans and the position after the last one.
     """
     spans: list[Span] = []
     pos = start
     for j in range(count):
         after = count - 1 - j
         sharers = after + reserve + 1
-        if lengths is None:
-            room = stop - reserve - after - pos
-            share = max(1, room // sharers)
-            gap, length = pick_pair(
-                draw,
-                Biased.of(0, room - 1, GAP_FAVOURED, spread=share),
-                Biased.of(1, room, (1, 1, 2, room), spread=share),
-            )
-            # ``room`` stands for "the rest": the span then ends where the room does.
-            length = room - gap if length == room else min(length, room - gap)
-        else:
-            length = lengths[j]
-            room = stop - reserve - sum(lengths[j + 1 :]) - pos - length
-            gap = pick(draw, 0, room, GAP_FAVOURED, spread=max(1, room // sharers))
+        room = stop - reserve - after - pos
+        share = max(1, room // sharers)
+        gap, length = pick_pair(
+            draw,
+            Biased.of(0, room - 1, GAP_FAVOURED, spread=share),
+            Biased.of(1, room, (1, 1, 2, room), spread=share),
+        )
+        # ``room`` stands for "the rest": the span then ends where the room does.
+        length = room - gap if length == room else min(length, room - gap)
         first = pos + gap
         spans.append((first, first + length - 1))
         pos = first + length
