@@ -67,3 +67,17 @@ def test_the_scan_sees_code_and_skips_docstrings(tmp_path):
     sample = tmp_path / "sample.py"
     sample.write_text('"""Mentions sglang in a docstring."""\nx = "sglang==1"\nsglang_thing = 1\n')
     assert [text for _, text in _code_tokens(sample) if "sglang" in text] == ['"sglang==1"', "sglang_thing"]
+
+
+@pytest.mark.parametrize("engine", ENGINE_NAMES)
+def test_no_engine_package_names_another(engine):
+    others = [name for name in ENGINE_NAMES if name != engine]
+    package = ROOT / "harness" / "engines" / engine
+    named = [
+        f"{path.relative_to(ROOT)}:{line}: {text}"
+        for path in sorted(package.rglob("*.py"))
+        for line, text in _code_tokens(path)
+        for other in others
+        if other in text.lower()
+    ]
+    assert named == []

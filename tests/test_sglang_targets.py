@@ -377,7 +377,9 @@ def _one_line(error: pytest.ExceptionInfo) -> str:
 def test_path_without_rules(tmp_path):
     with pytest.raises(TargetError) as error:
         resolve(str(tmp_path))
-    assert "holds no sglang multimodal scheduling rules" in _one_line(error)
+    message = _one_line(error)
+    assert "holds no engine files the harness knows" in message
+    assert "a dir holding sglang/" in message and "a dir holding vllm/" in message
 
 
 def test_missing_path_and_foreign_file(tmp_path):

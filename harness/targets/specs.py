@@ -27,7 +27,7 @@ from functools import cache
 from mmharness.targets.base import Target, TargetError, missing_methods
 
 ENTRY_POINT_GROUP = "mmharness.targets"
-ENGINES = ("mmharness.engines.sglang",)
+ENGINES = ("mmharness.engines.sglang", "mmharness.engines.vllm")
 """Engine packages shipped with the harness; each exposes ``SPEC_FORMS``."""
 
 
@@ -42,6 +42,8 @@ class SpecForm:
     resolve: Callable[[str], Target]
     paths: bool = False
     """Whether the form claims file-system paths (asked only of specs written like a path)."""
+    files: bool = False
+    """Whether, claiming paths, it takes a lone file too (not only a directory)."""
 
 
 def _reference(spec: str) -> Target:
@@ -124,9 +126,12 @@ def resolve(spec: str) -> Target:
             raise TargetError(
                 f"{spec} does not exist; give a directory holding an engine package or a rules file"
             )
+        if os.path.isfile(os.path.expanduser(spec)):
+            path_forms = [form for form in path_forms if form.files]
         if len(path_forms) == 1:
             return path_forms[0].resolve(spec)  # its own error says what that path lacks
-        raise TargetError(f"{spec} holds no engine files the harness knows ({_spec_forms(every)})")
+        wanted = "; ".join(form.description for form in path_forms)
+        raise TargetError(f"{spec} holds no engine files the harness knows; give {wanted}")
     if ":" in spec:
         module_name, _, attr = spec.partition(":")
         return _instantiate(spec, attr, _import_attr(spec, module_name, attr))

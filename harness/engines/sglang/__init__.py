@@ -59,5 +59,6 @@ SPEC_FORMS = (
         _claims,
         _path,
         paths=True,
+        files=True,
     ),
 )

@@ -1,0 +1,290 @@
+"""``VLLMTarget``: a vLLM release (by path or installed) behind the ``Target`` protocol.
+
+vLLM has no function per rule the way SGLang has: its rules are carried out
+by a scheduler step, an encoder cache and a gather, so the target declares the
+capabilities a step driver can answer (R3 chunked prefill on either gather,
+R3e rows and mask) and says why the others do not apply.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from mmharness.engines.vllm import layout, shims
+from mmharness.engines.vllm.driver import Driver, EncoderCache, Modules, StandIn, rows_of
+from mmharness.model import Case, Item
+from mmharness.targets import base, loader
+from mmharness.targets.base import (
+    EMBED_AND_MASK,
+    PREFILL,
+    SPLIT,
+    Encoder,
+    FeatureItem,
+    HarnessGap,
+    TargetError,
+)
+
+NOT_APPLICABLE = {
+    base.CHUNK: "vLLM has no per-request chunk function: the gather serves a window's rows (R3, R3e)",
+    base.PRECOMPUTED: (
+        "vLLM has no batch-level precomputed concat: a request's embeddings (image_embeds) are chosen"
+        " per request and modality by the model's input parser and take the encoder output's place"
+    ),
+    base.PER_REQUEST_PATH: "vLLM's alternative path is model runner V2's gather (the path v2)",
+    base.COUNT: "vLLM counts scheduled tokens, not placeholder tokens, in its scheduler",
+    base.ADJUST: "vLLM has no embedding length adjustment: a count mismatch is refused by the merge",
+    base.ONE_GRID: "vLLM's models take every grid row an item carries: it has no one-grid rule",
+}
+NO_FIELD_CONFIG = "no Qwen2-VL or Kimi-K2.5 field config loaded (their model files are missing)"
+
+
+def _cls(module: Any, name: str) -> Any:
+    value = getattr(module, name, None) if module is not None else None
+    return value if isinstance(value, type) else None
+
+
+FieldConfig = Callable[[dict[str, Any]], Any]
+"""``hf_inputs -> {key: MultiModalFieldConfig}``: how a model's processor output splits into items."""
+
+
+def field_configs(engine: loader.Engine) -> dict[str, FieldConfig]:
+    """Grid key -> the field config of a model reading it (R5's split), where the release has it.
+
+    Qwen2-VL's factory takes the spatial merge size, which divides only the
+    embedding sizes; 1 keeps the patch counts R5 states (``t*h*w`` per grid row).
+    """
+    found: dict[str, FieldConfig] = {}
+    qwen = engine.module(layout.QWEN2_VL)
+    factory = getattr(qwen, "_create_qwen2vl_field_factory", None)
+    if callable(factory):
+        found["image_grid_thw"] = factory(1)
+    elif callable(getattr(qwen, "_qwen2vl_field_config", None)):
+        found["image_grid_thw"] = qwen._qwen2vl_field_config
+    kimi = _cls(engine.module(layout.KIMI_K25), "KimiK25MultiModalProcessor")
+    if kimi is not None and hasattr(kimi, "_get_mm_fields_config"):
+        found["grid_thws"] = lambda hf_inputs: kimi._get_mm_fields_config(
+            StandIn(kimi, "KimiK25MultiModalProcessor"), hf_inputs, {}
+        )
+    return found
+
+
+def detect(engine: loader.Engine) -> tuple[Modules | None, list[str]]:
+    """The release's pieces, or ``None`` with what is missing."""
+    get = engine.module
+    pieces = {
+        "PlaceholderRange": _cls(get(layout.INPUTS), "PlaceholderRange"),
+        "MultiModalFeatureSpec": _cls(get(layout.INPUTS), "MultiModalFeatureSpec"),
+        "Request": _cls(get(layout.REQUEST), "Request"),
+        "EncoderCacheManager": _cls(get(layout.CACHE_MANAGER), "EncoderCacheManager"),
+        "Scheduler": _cls(get(layout.SCHEDULER), "Scheduler"),
+    }
+    lacking = [name for name, found in pieces.items() if found is None]
+    scheduler = pieces["Scheduler"]
+    if scheduler is not None and not hasattr(scheduler, "_try_schedule_encoder_inputs"):
+        lacking.append("Scheduler._try_schedule_encoder_inputs")
+    runner_v1 = _cls(get(layout.RUNNER_V1), "GPUModelRunner")
+    if runner_v1 is not None and not hasattr(runner_v1, "_gather_mm_embeddings"):
+        runner_v1 = None
+    runner_v2 = _cls(get(layout.RUNNER_V2), "EncoderRunner")
+    if runner_v2 is not None and not hasattr(runner_v2, "gather_mm_embeddings"):
+        runner_v2 = None
+    if runner_v1 is None and runner_v2 is None:
+        lacking.append("a gather (GPUModelRunner._gather_mm_embeddings, EncoderRunner.gather_mm_embeddings)")
+    if lacking:
+        return None, lacking
+    runner_globals = get(layout.RUNNER_V1).__dict__ if runner_v1 is not None else {}
+    scatter = runner_globals.get("scatter_mm_placeholders")
+    params = inspect.signature(pieces["PlaceholderRange"]).parameters
+    return (
+        Modules(
+            placeholder_range=pieces["PlaceholderRange"],
+            feature_spec=pieces["MultiModalFeatureSpec"],
+            request=pieces["Request"],
+            cache_manager=pieces["EncoderCacheManager"],
+            scheduler=scheduler,
+            runner_v1=runner_v1,
+            runner_v2=runner_v2,
+            scatter=scatter if callable(scatter) else None,
+            has_is_embed="is_embed" in params,
+        ),
+        [],
+    )
+
+
+class VLLMTarget:
+    """One vLLM release behind the ``Target`` protocol, driven step by step (``driver``)."""
+
+    def __init__(self, engine: loader.Engine, name: str) -> None:
+        self.engine = engine
+        self.name = name
+        modules, lacking = detect(engine)
+        if modules is None:
+            errors = "; ".join(f"{k}: {v}" for k, v in engine.errors.items())
+            raise TargetError(
+                f"{name}: no vLLM V1 multimodal scheduling found (missing {', '.join(lacking)})"
+                + (f"; load errors: {errors}" if errors else "")
+                + "; vLLM's V1 engine with an encoder cache manager exists from 0.8 on"
+            )
+        self.modules = modules
+        self.driver = Driver(modules)
+        self.paths = tuple(
+            path for path, runner in (("v1", modules.runner_v1), ("v2", modules.runner_v2)) if runner
+        )
+        self.field_configs = field_configs(engine)
+        self._kwargs_items = getattr(engine.module(layout.INPUTS), "MultiModalKwargsItems", None)
+        splits = bool(self.field_configs) and hasattr(self._kwargs_items, "from_hf_inputs")
+        self.capabilities = frozenset({PREFILL, EMBED_AND_MASK} | ({SPLIT} if splits else set()))
+        self.missing = dict(NOT_APPLICABLE) | ({} if splits else {SPLIT: NO_FIELD_CONFIG})
+
+    def describe(self) -> dict[str, Any]:
+        engine, record = self.engine, self.engine.record
+        return {
+            "target": self.name,
+            "release": engine.source.release or "unknown",
+            "source": engine.source.origin,
+            "loaded": "installed package (imported normally)" if engine.installed else "by path",
+            "files": [str(engine.source.files[n]) for n in engine.source.files if n in engine.modules],
+            "capabilities": sorted(self.capabilities),
+            "missing": dict(sorted(self.missing.items())),
+            "paths": list(self.paths),
+            "placeholder_is_embed": self.modules.has_is_embed,
+            "field_configs": sorted(self.field_configs),
+            "cache_at_placeholder_length": self.modules.scatter is not None,
+            "notes": self.notes(),
+            "load_errors": engine.errors,
+            "load_ms": round(engine.load_seconds * 1000, 1),
+            "shims": sorted(record.shimmed),
+            "stubbed": sorted(record.stubbed),
+            "stubs_reached": sorted(set(record.reached)),
+        }
+
+    def notes(self) -> list[str]:
+        notes = []
+        if "v2" not in self.paths:
+            notes.append("no model runner V2 gather in this release: the V1 gather is the only path")
+        if self.engine.errors:
+            notes.append("files that did not load: " + ", ".join(sorted(self.engine.errors)))
+        return notes
+
+    @contextmanager
+    def watched(self) -> Iterator[None]:
+        """A stub reached during the call is a ``HarnessGap`` (could not test), caught or not."""
+        record = self.engine.record
+        reached = len(record.reached)
+        try:
+            yield
+        except HarnessGap:
+            raise
+        except Exception as error:
+            if len(record.reached) > reached:
+                raise self._gap(reached) from error
+            raise
+        if len(record.reached) > reached:
+            raise self._gap(reached)
+
+    def _gap(self, reached: int) -> HarnessGap:
+        new = list(dict.fromkeys(self.engine.record.reached[reached:]))
+        return HarnessGap(f"vLLM reached what the harness only stubs: {', '.join(new)}", what=new[0])
+
+    def new_cache(self, max_size: int) -> EncoderCache:
+        return EncoderCache(max_size)
+
+    def _run(self, case: Case, encoder: Encoder, cache: EncoderCache, path: str) -> tuple[list, list]:
+        if path not in self.paths:
+            path = self.paths[0]
+        with self.watched():
+            return self.driver.run(case, encoder, cache, path)
+
+    def chunked_prefill_embedding(
+        self, case: Case, encoder: Encoder, *, cache: EncoderCache, path: str = "v1"
+    ) -> Any:
+        rows, _ = self._run(case, encoder, cache, path)
+        return rows_of(rows)
+
+    def embedding_and_mask(self, case: Case, encoder: Encoder, *, cache: EncoderCache) -> tuple[Any, Any]:
+        import torch
+
+        rows, masks = self._run(case, encoder, cache, self.paths[0])
+        return rows_of(rows), torch.cat(masks)
+
+
+    def split_item(self, case: Case, item: FeatureItem) -> list[FeatureItem]:
+        """The processor output of one aggregated item, split into items by its model's field config.
+
+        The k-th item of a modality takes the k-th placeholder range of the
+        prompt, so the k-th part gets the item's k-th span. R5 does not depend
+        on the grid's key: a release without a model reading the item's key
+        splits it with the model it has.
+        """
+        import torch
+
+        original = item.item
+        key = original.grid_key if original.grid_key in self.field_configs else next(iter(self.field_configs))
+        grid = torch.tensor([list(row) for row in original.grid], dtype=torch.int64).reshape(-1, 3)
+        hf_inputs = {key: grid, "pixel_values": item.features}
+        with self.watched():
+            by_modality = self._kwargs_items.from_hf_inputs(hf_inputs, self.field_configs[key](hf_inputs))
+            parts = [part for modality in by_modality for part in by_modality[modality]]
+            return [self._feature_item(original, key, k, part) for k, part in enumerate(parts)]
+
+    @staticmethod
+    def _feature_item(original: Item, key: str, k: int, part: Any) -> FeatureItem:
+        row = part[key].data
+        spans = (original.spans[k],) if k < len(original.spans) else ()
+        return FeatureItem(
+            Item(
+                spans=spans,
+                hash=original.hash,
+                modality=original.modality,
+                grid=(tuple(int(n) for n in row.reshape(-1).tolist()),),
+                grid_key=original.grid_key,
+            ),
+            part["pixel_values"].data,
+        )
+
+
+def load(source: loader.Source, *, transform: loader.CodeTransform | None = None) -> loader.Engine:
+    """The release's scheduling files; everything else of vLLM (and missing third-party packages) stubbed."""
+    return loader.load(source, layout.RULES, shims=shims.VLLMShims, stub_missing=True, transform=transform)
+
+
+def from_path(path: str, *, name: str | None = None, release: str | None = None) -> VLLMTarget:
+    source = loader.locate(path, layout.RULES, release=release)
+    return VLLMTarget(load(source), name or path)
+
+
+def fetch(version: str) -> Any:
+    """The unpacked release ``version`` (the wheel downloaded once; only the driver's files kept)."""
+    from mmharness.targets import releases
+
+    return releases.fetch(layout.PACKAGE, version, layout.RELEASE_MEMBERS, example="0.33.0")
+
+
+def from_release(version: str) -> VLLMTarget:
+    root = fetch(version)
+    try:
+        source = loader.locate(root, layout.RULES, release=version)
+    except TargetError:
+        raise TargetError(
+            f"vllm=={version} has no V1 engine files (vllm/v1/); pick a release from 0.8 on"
+        ) from None
+    return VLLMTarget(load(source), f"vllm=={version}")
+
+
+def installed() -> VLLMTarget:
+    """The installed ``vllm``, imported normally."""
+    engine = loader.load_installed(layout.RULES, None, hint=_installed_hint)
+    return VLLMTarget(engine, "vllm")
+
+
+def _installed_hint(error: BaseException) -> str:
+    version = loader.installed_version(layout.PACKAGE)
+    release = f"vllm=={version}" if version else "vllm==X (e.g. vllm==0.33.0)"
+    reason = f"{type(error).__name__}: {error}".splitlines()[0]
+    return (
+        f"the installed vllm does not import ({reason}); use {release} to load that release"
+        " by path, or a path spec (a directory holding vllm/)"
+    )

@@ -1,0 +1,485 @@
+"""The step driver: a ``Case`` run through vLLM's own scheduler, encoder cache and gather.
+
+One call is what happens to the case's requests in vLLM's V1 engine when they
+arrive with their prefix already computed (``num_computed_tokens =
+prefix_len``, the prefix cache) and prefill their window: every scheduler step
+asks ``Scheduler._try_schedule_encoder_inputs`` which encoder inputs the step
+needs (with the step's encoder budget, the ``EncoderCacheManager`` deciding
+hits, room and evictions), allocates them, runs the recording encoder on the
+scheduled items, stores the outputs in the worker's cache by identifier (and
+drops what the manager freed), gathers the step's rows and mask with the V1
+runner's ``_gather_mm_embeddings`` or V2's ``gather_mm_embeddings``, advances
+the computed tokens and frees the encoder inputs behind them. When every window
+is done the requests finish and release their cache references; the cache
+object (manager and worker cache) lives on for the next call.
+
+The engine's classes are never instantiated (their constructors want a whole
+engine configuration): a ``StandIn`` holds the state a method reads and answers
+every other method name with the engine class's own function, bound to it, so
+the methods run as written. A state attribute the stand-in lacks is a
+``HarnessGap`` naming it (could not test), never a divergence.
+"""
+
+from __future__ import annotations
+
+import inspect
+import types
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from mmharness.model import Case, Item
+from mmharness.targets.base import Encoder, HarnessGap
+
+ROW_BYTES = {"float32": 4}
+"""Bytes per value by dtype (everything else the harness makes is 2 bytes)."""
+
+
+class StandIn:
+    """An engine object without its constructor: set state, plus the engine class's own methods."""
+
+    def __init__(self, cls: type, what: str, **state: Any) -> None:
+        object.__setattr__(self, "_mm_cls", cls)
+        object.__setattr__(self, "_mm_what", what)
+        self.__dict__.update(state)
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("__"):
+            raise AttributeError(name)
+        member = inspect.getattr_static(self._mm_cls, name, None)
+        if isinstance(member, property):
+            return member.fget(self)
+        if isinstance(member, (types.FunctionType, staticmethod, classmethod)):
+            return member.__get__(self, self._mm_cls)
+        raise HarnessGap(
+            f"vLLM's {self._mm_what} read {name!r}, which the harness's stand-in does not hold",
+            what=f"{self._mm_what}.{name}",
+        )
+
+
+@dataclass
+class Modules:
+    """The release's pieces the driver calls (``None`` where the release lacks one)."""
+
+    placeholder_range: type
+    feature_spec: type
+    request: type
+    cache_manager: type
+    scheduler: type
+    runner_v1: type | None
+    runner_v2: type | None
+    scatter: Callable[..., Any] | None
+    """``scatter_mm_placeholders`` when this release's runner caches outputs at placeholder length."""
+    has_is_embed: bool
+
+
+@dataclass
+class EncoderCache:
+    """What ``new_cache`` hands out: the scheduler's ``EncoderCacheManager`` and the worker's cache.
+
+    Sized in embeddings when first used (``max_size`` bytes over the case's row
+    size), never below the largest item's placeholder length: vLLM sizes its
+    encoder cache from the model's largest item (in embeddings, or placeholder
+    tokens in releases that count those), so a smaller one is no configuration
+    it runs.
+    """
+
+    max_size: int
+    manager: Any = None
+    outputs: dict[str, Any] = field(default_factory=dict)
+    features: dict[str, list[Any]] = field(default_factory=dict)
+    """Per request id, its feature specs (model runner V2 reads them from its encoder cache)."""
+
+
+def row_bytes(case: Case) -> int:
+    return ROW_BYTES.get(case.dtype, 2) * case.hidden
+
+
+def identifier(item: Item) -> str:
+    """The item's cache key: vLLM keys encoder outputs by the item's hash (or the client's uuid)."""
+    return f"mm-{item.hash:x}"
+
+
+def placeholder(modules: Modules, item: Item) -> Any:
+    """The item's ``PlaceholderRange``: half-open from its first span's start to its last span's end.
+
+    A one-span item needs no mask; a multi-span item (a video's frames, audio
+    interleaved with text) marks its span positions in ``is_embed``.
+    """
+    import torch
+
+    first, last = item.spans[0][0], item.spans[-1][1]
+    length = last - first + 1
+    if len(item.spans) == 1:
+        return modules.placeholder_range(offset=first, length=length)
+    if not modules.has_is_embed:
+        raise HarnessGap(
+            "this release's PlaceholderRange has no is_embed: an item of several spans has no form",
+            what="PlaceholderRange.is_embed",
+        )
+    mask = torch.zeros(length, dtype=torch.bool)
+    for start, end in item.spans:
+        mask[start - first : end - first + 1] = True
+    return modules.placeholder_range(offset=first, length=length, is_embed=mask)
+
+
+def spans_of(position: Any) -> list[tuple[int, int]]:
+    """The inclusive spans a ``PlaceholderRange`` marks: the inverse of ``placeholder``."""
+    offset, length, mask = position.offset, position.length, getattr(position, "is_embed", None)
+    marked = [offset + k for k in range(length) if mask is None or bool(mask[k])]
+    spans: list[tuple[int, int]] = []
+    for p in marked:
+        if spans and spans[-1][1] == p - 1:
+            spans[-1] = (spans[-1][0], p)
+        else:
+            spans.append((p, p))
+    return spans
+
+
+class Driver:
+    """Runs cases through one loaded release; one instance per target."""
+
+    def __init__(self, modules: Modules) -> None:
+        self.m = modules
+        self._calls = 0
+
+    # requests ---------------------------------------------------------------------
+
+    def _feature(self, item: Item) -> Any:
+        values = {
+            "data": None,
+            "modality": item.modality,
+            "identifier": identifier(item),
+            "mm_position": placeholder(self.m, item),
+            "mm_hash": identifier(item),
+        }
+        names = _parameters(self.m.feature_spec)
+        return self.m.feature_spec(**{k: v for k, v in values.items() if k in names})
+
+    def _request(self, case: Case, k: int) -> Any:
+        request = case.requests[k]
+        features = [self._feature(item) for item in request.items]
+        return StandIn(
+            self.m.request,
+            "Request",
+            request_id=f"req-{self._calls}-{k}",
+            mm_features=features,
+            num_encoder_inputs=len(features),
+            has_encoder_inputs=bool(features),
+            num_computed_tokens=request.prefix_len,
+            num_output_placeholders=0,
+            num_prompt_tokens=request.seq_len,
+        )
+
+    def _scheduler(self, cache: EncoderCache) -> Any:
+        return StandIn(
+            self.m.scheduler,
+            "Scheduler",
+            encoder_cache_manager=cache.manager,
+            scheduler_config=types.SimpleNamespace(disable_chunked_mm_input=False),
+            is_encoder_decoder=False,
+            ec_connector=None,
+            encoder_cache_mismatch_reqs=set(),
+            use_eagle=False,
+            num_prefill_lookahead=0,
+            num_spec_tokens=0,
+            num_lookahead_tokens=0,
+        )
+
+    def _size(self, case: Case, cache: EncoderCache) -> None:
+        largest = max((item.spans[-1][1] - item.spans[0][0] + 1 for _, _, item in case.items()), default=0)
+        wanted = max(cache.max_size // row_bytes(case), largest)
+        if cache.manager is None:
+            cache.manager = self.m.cache_manager(cache_size=wanted)
+        elif cache.manager.cache_size < largest:  # vLLM's invariant: the cache holds its largest item
+            grow = largest - cache.manager.cache_size
+            cache.manager.cache_size += grow
+            cache.manager.num_free_slots += grow
+            cache.manager.num_freeable_slots += grow
+
+    # one call ---------------------------------------------------------------------
+
+    def run(
+        self, case: Case, encoder: Encoder, cache: EncoderCache, path: str
+    ) -> tuple[list[Any], list[Any]]:
+        """Each request's window rows and mask, as the gathers of every step served them."""
+        import torch
+
+        self._calls += 1
+        self._size(case, cache)
+        scheduler = self._scheduler(cache)
+        requests = [self._request(case, k) for k in range(len(case.requests))]
+        ends = [r.prefix_len + r.extend_len for r in case.requests]
+        rows: list[list[Any]] = [[] for _ in requests]
+        masks: list[list[Any]] = [[] for _ in requests]
+        live = set(range(len(requests)))
+        rejected: list[int] = []
+        try:
+            while any(requests[k].num_computed_tokens < ends[k] for k in live):
+                scheduled = self._schedule(scheduler, requests, ends, live, cache)
+                for k in sorted(live):
+                    if requests[k].request_id in scheduler.encoder_cache_mismatch_reqs:
+                        rejected.append(k)
+                        self._finish(requests[k], cache, live, k)
+                if not scheduled:
+                    done = [k for k in live if requests[k].num_computed_tokens >= ends[k]]
+                    if not done and not rejected:
+                        raise RuntimeError(
+                            "vLLM's scheduler scheduled no token of any unfinished request:"
+                            " the batch cannot progress"
+                        )
+                    for k in done:  # in vLLM they would go on past their window and release their items
+                        self._finish(requests[k], cache, live, k)
+                    continue
+                for mm_hash in cache.manager.get_freed_mm_hashes():
+                    cache.outputs.pop(mm_hash, None)
+                self._encode(case, encoder, requests, scheduled, cache)
+                embeds, mask = self._gather(case, requests, scheduled, cache, path)
+                self._split(embeds, mask, scheduled, rows, masks)
+                for k, (count, _) in scheduled.items():
+                    requests[k].num_computed_tokens += count
+                    scheduler._free_encoder_inputs(requests[k])
+        finally:
+            for k in sorted(live):
+                self._finish(requests[k], cache, live, k)
+        if rejected:
+            raise ValueError(
+                f"vLLM rejected request {rejected[0]}: an item's identifier is cached (or scheduled)"
+                " with another embedding count"
+            )
+        device = case.device
+        empty_mask = torch.zeros(0, dtype=torch.bool, device=device)
+        return (
+            [torch.cat(r) if r else None for r in rows],
+            [torch.cat(m).to(device) if m else empty_mask for m in masks],
+        )
+
+    @staticmethod
+    def _finish(request: Any, cache: EncoderCache, live: set[int], k: int) -> None:
+        """The request leaves the batch (finished or rejected) and releases its cache references."""
+        cache.manager.free(request)
+        cache.features.pop(request.request_id, None)
+        live.discard(k)
+
+    def _schedule(
+        self, scheduler: Any, requests: list[Any], ends: list[int], live: set[int], cache: EncoderCache
+    ) -> dict[int, tuple[int, list[int]]]:
+        """One scheduler step: request index -> (tokens scheduled, encoder inputs to run)."""
+        budget = cache.manager.cache_size
+        scheduled: dict[int, tuple[int, list[int]]] = {}
+        for k in sorted(live):
+            request = requests[k]
+            remaining = ends[k] - request.num_computed_tokens
+            if remaining <= 0:
+                continue
+            answer = scheduler._try_schedule_encoder_inputs(
+                request, request.num_computed_tokens, remaining, budget
+            )
+            to_run, count, budget = answer[0], answer[1], answer[2]
+            duplicates = answer[4] if len(answer) > 4 else []
+            if count == 0:
+                continue
+            if hasattr(self.m.scheduler, "_allocate_encoder_inputs"):
+                scheduler._allocate_encoder_inputs(request, to_run, duplicates)
+            else:
+                for i in to_run:
+                    cache.manager.allocate(request, i)
+            scheduled[k] = (count, list(to_run))
+        return scheduled
+
+    def _encode(
+        self,
+        case: Case,
+        encoder: Encoder,
+        requests: list[Any],
+        scheduled: dict[int, tuple[int, list[int]]],
+        cache: EncoderCache,
+    ) -> None:
+        """The model runner's encoder step: every scheduled input, one encoder call, cached by identifier."""
+        import torch
+
+        wanted = [(k, i) for k, (_, inputs) in scheduled.items() for i in inputs]
+        if not wanted:
+            return
+        items = [case.requests[k].items[i] for k, i in wanted]
+        output = encoder(items)
+        if not isinstance(output, list):
+            flat = output.reshape(-1, output.shape[-1])
+            output = list(torch.split(flat, [item.token_count for item in items]))
+        for (k, i), rows in zip(wanted, output, strict=True):
+            rows = rows.reshape(-1, rows.shape[-1])
+            feature = requests[k].mm_features[i]
+            if self.m.scatter is not None:
+                rows = self.m.scatter(rows, is_embed=feature.mm_position.is_embed)
+            cache.outputs[feature.identifier] = rows
+
+    def _gather(
+        self,
+        case: Case,
+        requests: list[Any],
+        scheduled: dict[int, tuple[int, list[int]]],
+        cache: EncoderCache,
+        path: str,
+    ) -> tuple[list[Any], Any]:
+        ids = [requests[k].request_id for k in scheduled]
+        counts = [count for count, _ in scheduled.values()]
+        total = sum(counts)
+        if path == "v2":
+            return self._gather_v2(case, requests, scheduled, cache, ids, counts, total)
+        runner = StandIn(
+            self.m.runner_v1,
+            "GPUModelRunner",
+            input_batch=types.SimpleNamespace(req_ids=ids),
+            requests={
+                requests[k].request_id: types.SimpleNamespace(
+                    num_computed_tokens=requests[k].num_computed_tokens,
+                    mm_features=requests[k].mm_features,
+                    mrope_positions=None,
+                    xdrope_positions=None,
+                )
+                for k in scheduled
+            },
+            encoder_cache=cache.outputs,
+            is_multimodal_pruning_enabled=False,
+            uses_mrope=False,
+            uses_xdrope_dim=0,
+            is_mm_embed=_Buffer(total),
+            is_mm_embed_buffers=[_Buffer(total), _Buffer(total)],
+            is_mm_embed_idx=0,
+            device=_device(case),
+        )
+        output = types.SimpleNamespace(
+            total_num_scheduled_tokens=total, num_scheduled_tokens=dict(zip(ids, counts, strict=True))
+        )
+        return self.m.runner_v1._gather_mm_embeddings(runner, output)
+
+    def _gather_v2(
+        self,
+        case: Case,
+        requests: list[Any],
+        scheduled: dict[int, tuple[int, list[int]]],
+        cache: EncoderCache,
+        ids: list[str],
+        counts: list[int],
+        total: int,
+    ) -> tuple[list[Any], Any]:
+        import numpy as np
+
+        for k in scheduled:
+            cache.features[requests[k].request_id] = requests[k].mm_features
+        computed = np.array([requests[k].num_computed_tokens for k in scheduled], dtype=np.int32)
+        values = {
+            "req_ids": ids,
+            "total_num_scheduled_tokens": total,
+            "num_scheduled_tokens": np.array(counts, dtype=np.int32),
+            "query_start_loc": np.concatenate([[0], np.cumsum(counts)[:-1]]).astype(np.int32),
+            "prefill_lens": np.array([case.requests[k].seq_len for k in scheduled], dtype=np.int32),
+            "num_computed_tokens": computed,
+            "computed_prefill_lens": computed,
+        }
+        gather = self.m.runner_v2.gather_mm_embeddings
+        unknown = [name for name in _parameters(gather, required=True) if name not in values]
+        if unknown:
+            raise HarnessGap(
+                f"model runner V2's gather_mm_embeddings takes {unknown}, which the harness does not know",
+                what="EncoderRunner.gather_mm_embeddings",
+            )
+        runner = StandIn(
+            self.m.runner_v2,
+            "EncoderRunner",
+            encoder_cache=_WorkerCache(cache),
+            req_id_to_mm_features=cache.features,
+            tmp_is_mm_embed=_Buffer(0),
+            is_realtime=False,
+            device=_device(case),
+        )
+        names = _parameters(gather)
+        return gather(runner, **{k: v for k, v in values.items() if k in names})
+
+    @staticmethod
+    def _split(
+        embeds: Sequence[Any],
+        mask: Any,
+        scheduled: dict[int, tuple[int, list[int]]],
+        rows: list[list[Any]],
+        masks: list[list[Any]],
+    ) -> None:
+        """A step's gathered rows and mask, cut back into its requests (rows follow the mask)."""
+        import torch
+
+        mask = mask.reshape(-1).cpu()
+        flat = torch.cat([e.reshape(-1, e.shape[-1]) for e in embeds]) if embeds else None
+        marked = int(mask.sum())
+        held = 0 if flat is None else flat.shape[0]
+        if held != marked:
+            raise ValueError(
+                f"the step's gathered embeddings hold {held} rows for {marked} placeholder positions"
+                " of its mask (the model's merge would refuse them)"
+            )
+        start = taken = 0
+        for k, (count, _) in scheduled.items():
+            piece = mask[start : start + count]
+            n = int(piece.sum())
+            masks[k].append(piece)
+            if n:
+                rows[k].append(flat[taken : taken + n])
+            start, taken = start + count, taken + n
+
+
+class _WorkerCache(dict):
+    """Model runner V2's encoder cache as each release reads it.
+
+    A dict of outputs by identifier (0.15 on), with the outputs and the
+    requests' feature specs as attributes (``encoder_outputs``, ``mm_features``:
+    later releases).
+    """
+
+    def __init__(self, cache: EncoderCache) -> None:
+        super().__init__(cache.outputs)
+        self.encoder_outputs = cache.outputs
+        self.mm_features = cache.features
+
+
+class _Buffer:
+    """vLLM's host-to-device staging on one CPU process, where the host tensor is the device tensor.
+
+    A ``CpuGpuBuffer`` copies its first ``n`` entries; a ``UvaBufferPool``
+    (model runner V2 in 0.15) copies the tensor it is handed.
+    """
+
+    def __init__(self, size: int) -> None:
+        import torch
+
+        self.cpu = torch.zeros(size, dtype=torch.bool)
+        self.gpu = self.cpu
+
+    def copy_to_gpu(self, what: Any = None) -> Any:
+        if hasattr(what, "shape"):
+            return what
+        return self.cpu if what is None else self.cpu[:what]
+
+
+def _device(case: Case) -> Any:
+    import torch
+
+    return torch.device(case.device)
+
+
+def _parameters(fn: Any, *, required: bool = False) -> list[str]:
+    params = list(inspect.signature(fn).parameters.values())
+    if params and params[0].name == "self":
+        params = params[1:]
+    return [
+        p.name
+        for p in params
+        if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD) and (not required or p.default is p.empty)
+    ]
+
+
+def rows_of(rows: list[Any]) -> Any:
+    """Every request's rows in request order (``None`` when no window holds a placeholder)."""
+    import torch
+
+    present = [r for r in rows if r is not None]
+    return torch.cat(present) if present else None
+

@@ -1,0 +1,240 @@
+"""vLLM behind the seam: spans as placeholder ranges, the stand-ins, and a release driven step by step.
+
+The offline tests need no vLLM code. The ``network`` ones download vLLM 0.33.0
+once (a 336 MB wheel; only the driver's files are kept in the cache) and pin
+what the release atlas says of it, then seed bugs into copies of its files to
+show that each check the target runs can fail on it.
+"""
+
+from __future__ import annotations
+
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import given
+from mmharness import strategies as mst
+from mmharness.checks import all_checks
+from mmharness.checks.outcome import DIVERGENCE, HAZARD
+from mmharness.engines.vllm import driver
+from mmharness.runner import PASSED, run_check
+from mmharness.targets.base import EMBED_AND_MASK, PREFILL, SPLIT, HarnessGap, paths_of
+
+CHECKS = all_checks()
+RELEASE = "0.33.0"
+
+
+@dataclass(frozen=True)
+class Range:
+    """The fields of vLLM's ``PlaceholderRange`` the mapping fills (half-open offset and length)."""
+
+    offset: int
+    length: int
+    is_embed: Any = None
+
+
+MODULES = driver.Modules(Range, object, object, object, object, None, None, None, has_is_embed=True)
+
+
+@given(mst.cases(max_spans_per_item=4))
+def test_spans_map_to_placeholder_ranges_and_back(case):
+    for _, _, item in case.items():
+        position = driver.placeholder(MODULES, item)
+        assert position.offset == item.spans[0][0]
+        assert position.offset + position.length == item.spans[-1][1] + 1  # half-open end
+        marked = [p for s, e in driver.spans_of(position) for p in range(s, e + 1)]
+        assert marked == list(item.positions())
+        assert (position.is_embed is None) == (len(item.spans) == 1)
+
+
+def test_an_item_of_several_spans_without_is_embed_is_a_harness_gap():
+    from mmharness.model import Item
+
+    item = Item(spans=((0, 1), (3, 3)), hash=1)
+    old = driver.Modules(Range, object, object, object, object, None, None, None, has_is_embed=False)
+    with pytest.raises(HarnessGap, match="is_embed"):
+        driver.placeholder(old, item)
+
+
+def test_a_stand_in_runs_the_engine_class_methods_and_names_state_it_lacks():
+    class Engine:
+        def doubled(self):
+            return 2 * self.value
+
+        def needs_more(self):
+            return self.missing
+
+    stand_in = driver.StandIn(Engine, "Engine", value=21)
+    assert stand_in.doubled() == 42
+    with pytest.raises(HarnessGap) as raised:
+        stand_in.needs_more()
+    assert raised.value.what == "Engine.missing"
+
+
+def test_paths_default_first():
+    class Plain:
+        capabilities = frozenset({PREFILL})
+
+    class Named(Plain):
+        paths = ("v1", "v2")
+
+    assert paths_of(Plain()) == ("batched",)
+    assert paths_of(Named()) == ("v1", "v2")
+
+
+# A release, driven step by step (network) -----------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def release_dir(harness_cache_module) -> Path:
+    from mmharness.engines.vllm import adapter
+
+    return Path(adapter.fetch(RELEASE))
+
+
+@pytest.fixture(scope="module")
+def harness_cache_module(harness_cache):
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("MMHARNESS_CACHE", str(harness_cache))
+        yield harness_cache
+
+
+@pytest.fixture(scope="module")
+def target(release_dir):
+    from mmharness.engines.vllm import adapter
+
+    return adapter.from_path(str(release_dir), name=f"vllm=={RELEASE}", release=RELEASE)
+
+
+PASSING = [
+    "prefill.matches_reference",
+    "prefill.path_independent",
+    "prefill.cache_independent",
+    "prefill.encoder_calls",
+    "prefill.schedule_concat",
+    "prefill.permutation",
+    "embed_mask.matches_reference",
+    "grid.split_matches_reference",
+]
+
+
+@pytest.mark.network
+def test_the_release_loads_with_both_gathers_and_no_stub_reached(target, release_dir):
+    from mmharness.targets.specs import resolve
+
+    assert target.paths == ("v1", "v2")
+    assert target.capabilities == {PREFILL, EMBED_AND_MASK, SPLIT}
+    assert target.describe()["field_configs"] == ["grid_thws", "image_grid_thw"]
+    assert target.describe()["load_errors"] == {}
+    assert type(resolve(str(release_dir))) is type(target)  # a path spec finds vLLM behind the seam
+
+
+@pytest.mark.network
+@pytest.mark.parametrize("check_id", PASSING)
+def test_the_release_follows_the_rules(target, check_id):
+    result = run_check(CHECKS[check_id], target)
+    assert result.status == PASSED, [f.signature for f in result.findings]
+    assert target.engine.record.reached == []
+
+
+@pytest.mark.network
+def test_its_cache_keeps_the_model_output_it_was_handed(target):
+    result = run_check(CHECKS["prefill.stateful"], target)
+    assert result.status == HAZARD
+    assert any("kept a view of the encoder's output" in f.signature for f in result.findings)
+
+
+# (what, file, original text, seeded bug, check that must fail, how)
+SEEDED = [
+    (
+        "V1 gather: the window ends one token early",
+        "v1/worker/gpu_model_runner.py",
+        "num_computed_tokens - start_pos + num_scheduled_tokens,\n",
+        "num_computed_tokens - start_pos + num_scheduled_tokens - 1,\n",
+        "prefill.matches_reference",
+        DIVERGENCE,
+    ),
+    (
+        "V2 gather: an item's last placeholder is never served",
+        "v1/worker/gpu/mm/encoder_runner.py",
+        "end_idx = min(cur_query_end - start_pos, num_encoder_tokens)",
+        "end_idx = min(cur_query_end - start_pos, num_encoder_tokens - 1)",
+        "prefill.path_independent",
+        DIVERGENCE,
+    ),
+    (
+        "V1 gather: the mask ignores is_embed (a video's gaps marked)",
+        "v1/worker/gpu_model_runner.py",
+        "] |= is_embed",
+        "] |= True",
+        "embed_mask.matches_reference",
+        DIVERGENCE,
+    ),
+    (
+        "field config: each item's features start one patch late",
+        "multimodal/inputs.py",
+        "+ (slice(slice_idxs[i], slice_idxs[i + 1]),)",
+        "+ (slice(slice_idxs[i] + 1, slice_idxs[i + 1]),)",
+        "grid.split_matches_reference",
+        DIVERGENCE,
+    ),
+    (
+        "cache manager: a cached entry is never hit",
+        "v1/core/encoder_cache_manager.py",
+        "        if mm_hash not in self.cached:\n            return False",
+        "        if True:\n            return False",
+        "prefill.encoder_calls",
+        HAZARD,
+    ),
+    (
+        "scheduler: an item is encoded for a window that holds none of its embeddings",
+        "v1/core/sched/scheduler.py",
+        "            if curr_embeds_end - curr_embeds_start == 0:\n                continue",
+        "            if False:\n                continue",
+        "prefill.encoder_calls",
+        HAZARD,
+    ),
+    (
+        "scheduler: an identifier's other embedding count is not rejected",
+        "v1/core/sched/scheduler.py",
+        "        if cached_num_encoder_embeds == requested_num_encoder_embeds:\n            return False",
+        "        if True:\n            return False",
+        "prefill.matches_reference",
+        HAZARD,
+    ),
+]
+
+
+@pytest.mark.network
+@pytest.mark.parametrize(
+    ("file", "original", "bug", "check_id", "status"),
+    [pytest.param(*row[1:], id=row[0]) for row in SEEDED],
+)
+def test_each_check_fails_on_a_seeded_bug(release_dir, tmp_path, file, original, bug, check_id, status):
+    from mmharness.engines.vllm import adapter
+
+    copy = tmp_path / "release"
+    shutil.copytree(release_dir, copy)
+    path = copy / "vllm" / file
+    source = path.read_text()
+    assert source.count(original) == 1, f"{file} no longer holds the text this bug is seeded into"
+    path.write_text(source.replace(original, bug))
+    mutant = adapter.from_path(str(copy), name="seeded", release=RELEASE)
+    result = run_check(CHECKS[check_id], mutant)
+    assert result.status == status, [f.signature for f in result.findings]
+
+
+@pytest.mark.network
+def test_the_split_fuzz_target_refuses_with_value_errors_only(target, tmp_path, monkeypatch):
+    import random
+
+    from mmharness.engines.vllm import fuzz
+
+    monkeypatch.setenv("MMHARNESS_FINDINGS", str(tmp_path))
+    test_one_input = fuzz.entry(target)
+    rng = random.Random(0)
+    for _ in range(300):
+        test_one_input(bytes(rng.randrange(256) for _ in range(rng.randrange(64))))
+    assert list(tmp_path.iterdir()) == []  # nothing unexpected escaped, so nothing was saved
