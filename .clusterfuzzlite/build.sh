@@ -1,12 +1,15 @@
 #!/bin/bash -eu
 # Builds mmharness's fuzz targets for ClusterFuzzLite (and OSS-Fuzz): the case parser, and
-# SGLang's payload parsers loaded by path from a release fetched here, at build time, since
-# fuzzers run without network. Each target is a small script (.clusterfuzzlite/fuzz_*.py)
-# packaged by compile_python_fuzzer; the seeds in corpus/ become its seed corpus, and the
-# known findings (corpus/fuzz-baseline.json) ship with it, so only new findings are crashes.
+# the engines' parsers (SGLang's payload parsers, vLLM's split of processor outputs) loaded
+# by path from releases fetched here, at build time, since fuzzers run without network.
+# Each target is a small script (.clusterfuzzlite/fuzz_*.py) packaged by
+# compile_python_fuzzer; the seeds in corpus/ become its seed corpus, and the known
+# findings (corpus/fuzz-baseline.json) ship with it, so only new findings are crashes.
 #
-# MMHARNESS_FUZZ_RELEASE picks the release the engine fuzzers load (default 0.5.23).
+# MMHARNESS_FUZZ_RELEASE picks the SGLang release the engine fuzzers load (default 0.5.23),
+# MMHARNESS_FUZZ_VLLM_RELEASE the vLLM one (default 0.33.0; only the driver's files are kept).
 RELEASE="${MMHARNESS_FUZZ_RELEASE:-0.5.23}"
+VLLM_RELEASE="${MMHARNESS_FUZZ_VLLM_RELEASE:-0.33.0}"
 
 # torch's CPU build only: the engine fuzzers make small tensors, and nothing needs CUDA.
 pip3 install --index-url https://download.pytorch.org/whl/cpu "torch>=2.1,<2.14"
@@ -15,6 +18,7 @@ pip3 install .
 # The release's parser files, unpacked into a cache shipped beside the fuzzers.
 export MMHARNESS_CACHE="$OUT/mmharness-cache"
 python3 -c "from mmharness.engines.sglang.adapter import fetch; fetch('$RELEASE')"
+python3 -c "from mmharness.engines.vllm.adapter import fetch; fetch('$VLLM_RELEASE')"
 
 for fuzzer in .clusterfuzzlite/fuzz_*.py; do
   name="$(basename "$fuzzer" .py)"

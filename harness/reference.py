@@ -8,7 +8,7 @@ Errors are raised as the rules say an engine raises them (class and message).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from mmharness.model import Case, GridRow, Item, Request, Row, Span
@@ -94,6 +94,42 @@ def chunked_prefill_embedding(case: Case) -> list[Row] | None:
     """R3: the encoder path's rows for every window, in request order; ``None`` if there are none."""
     rows = [row for r in case.requests for row in window_rows(r)]
     return rows or None
+
+
+def cut_items(case: Case, steps: list[tuple[int, int, int]]) -> list[tuple[int, int]]:
+    """R3w: ``(request, item)`` of every item a step started at or after its first token and did not finish.
+
+    An item's extent runs from its first position to its last, the gaps of a
+    multi-span item included: scheduled whole, all of it is in one step.
+    """
+    cut = []
+    for k, start, tokens in steps:
+        for i, item in enumerate(case.requests[k].items):
+            extent = _extent(item)
+            if extent and start <= extent.start < start + tokens < extent.stop:
+                cut.append((k, i))
+    return cut
+
+
+def scheduled_windows(case: Case, steps: list[tuple[int, int, int]]) -> Case | str:
+    """R3w: the case with each window cut to what the steps scheduled, or what is wrong with the steps.
+
+    With items scheduled whole a step may stop short of the window's end (before
+    an item it cannot finish); the steps of a request must run on from its prefix.
+    """
+    done = [r.prefix_len for r in case.requests]
+    for k, start, tokens in steps:
+        if not 0 <= k < len(done):
+            return f"step {(k, start, tokens)} names no request of the batch"
+        if start != done[k] or tokens <= 0:
+            return f"step {(k, start, tokens)} does not run on from position {done[k]}"
+        done[k] += tokens
+    requests = []
+    for r, end in zip(case.requests, done, strict=True):
+        if end > r.prefix_len + r.extend_len:
+            return f"the steps scheduled up to {end}, past the window's end {r.prefix_len + r.extend_len}"
+        requests.append(replace(r, extend_len=end - r.prefix_len))
+    return replace(case, requests=tuple(requests))
 
 
 def items_in_windows(case: Case, *, extent: bool = False) -> set[tuple[int, int]]:

@@ -171,3 +171,19 @@ def test_r6_a_mixed_precomputed_batch_lands_on_the_first_cuda_items_device(devic
     items = (Item(((0, 1),), 1, True, device=devices[0]), Item(((2, 3),), 2, True, device=devices[1]))
     case = Case((Request(4, 0, 4, items[:1]), Request(4, 0, 4, items[1:])))
     assert reference.precomputed_device(case) == lands_on
+
+
+def test_whole_item_steps_name_the_items_they_cut():
+    video = Item(spans=((2, 3), (5, 6)), hash=1)
+    case = Case(requests=(Request(seq_len=8, prefix_len=0, extend_len=8, items=(video,)),), hidden=4)
+    assert reference.cut_items(case, [(0, 0, 2), (0, 2, 5), (0, 7, 1)]) == []  # ends before, then whole
+    assert reference.cut_items(case, [(0, 0, 4)]) == [(0, 0)]  # ends in the gap
+    assert reference.cut_items(case, [(0, 3, 2)]) == []  # a step starting inside it (a prefix hit) may stop
+
+
+def test_whole_item_steps_must_run_on_within_the_window():
+    case = Case(requests=(Request(seq_len=8, prefix_len=2, extend_len=4, items=()),), hidden=4)
+    assert reference.scheduled_windows(case, [(0, 2, 3)]).requests[0].extend_len == 3
+    assert "does not run on" in reference.scheduled_windows(case, [(0, 3, 1)])
+    assert "past the window" in reference.scheduled_windows(case, [(0, 2, 5)])
+    assert "names no request" in reference.scheduled_windows(case, [(1, 0, 1)])

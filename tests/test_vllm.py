@@ -20,7 +20,7 @@ from mmharness.checks import all_checks
 from mmharness.checks.outcome import DIVERGENCE, HAZARD
 from mmharness.engines.vllm import driver
 from mmharness.runner import PASSED, run_check
-from mmharness.targets.base import EMBED_AND_MASK, PREFILL, SPLIT, HarnessGap, paths_of
+from mmharness.targets.base import EMBED_AND_MASK, PREFILL, SPLIT, WHOLE_ITEMS, HarnessGap, paths_of
 
 CHECKS = all_checks()
 RELEASE = "0.33.0"
@@ -117,6 +117,7 @@ PASSING = [
     "prefill.permutation",
     "embed_mask.matches_reference",
     "grid.split_matches_reference",
+    "prefill.whole_items",
 ]
 
 
@@ -125,7 +126,7 @@ def test_the_release_loads_with_both_gathers_and_no_stub_reached(target, release
     from mmharness.targets.specs import resolve
 
     assert target.paths == ("v1", "v2")
-    assert target.capabilities == {PREFILL, EMBED_AND_MASK, SPLIT}
+    assert target.capabilities == {PREFILL, EMBED_AND_MASK, SPLIT, WHOLE_ITEMS}
     assert target.describe()["field_configs"] == ["grid_thws", "image_grid_thw"]
     assert target.describe()["load_errors"] == {}
     assert type(resolve(str(release_dir))) is type(target)  # a path spec finds vLLM behind the seam
@@ -178,6 +179,14 @@ SEEDED = [
         "+ (slice(slice_idxs[i], slice_idxs[i + 1]),)",
         "+ (slice(slice_idxs[i] + 1, slice_idxs[i + 1]),)",
         "grid.split_matches_reference",
+        DIVERGENCE,
+    ),
+    (
+        "scheduler: a chunk starting at an item cuts it (the comparison before 0.33)",
+        "v1/core/sched/scheduler.py",
+        "and num_computed_tokens <= start_pos",
+        "and num_computed_tokens < start_pos",
+        "prefill.whole_items",
         DIVERGENCE,
     ),
     (

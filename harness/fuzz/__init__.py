@@ -316,3 +316,20 @@ def guarded(
             finding(data, error, None)
 
     return test_one_input
+
+
+def bundled_main(parser: str, main: Callable[..., None], *, release: str, env: str) -> None:
+    """The entry point of a ClusterFuzzLite build (``.clusterfuzzlite/fuzz_*.py``) of an engine parser.
+
+    Packaged by ``compile_python_fuzzer``, the release fetched at build time and the
+    known findings ship in the bundle (``sys._MEIPASS``); run from a checkout, they
+    come from the cache and ``corpus/``. ``release`` is the default spec
+    (``ENGINE==X``); the variable ``env`` names another version of that engine.
+    """
+    bundle = getattr(sys, "_MEIPASS", None)
+    if bundle is not None:
+        os.environ.setdefault("MMHARNESS_CACHE", str(Path(bundle) / "mmharness-cache"))
+    known = Path(bundle or "corpus") / "fuzz-baseline.json"
+    baseline = Baseline.load(known) if known.is_file() else None
+    engine, _, version = release.partition("==")
+    main(sys.argv, parser=parser, target=f"{engine}=={os.environ.get(env, version)}", baseline=baseline)

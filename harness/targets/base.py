@@ -27,10 +27,15 @@ COUNT = "count"  # R4 count_mm_tokens
 ADJUST = "adjust"  # R4 adjust_embedding_length
 ONE_GRID = "one_grid"  # R5 image_feature
 SPLIT = "split"  # R5 split_item
+WHOLE_ITEMS = "whole_items"  # R3w whole_item_prefill: an engine option, not in every engine
 
 ALL_CAPABILITIES = frozenset(
     {CHUNK, PRECOMPUTED, PREFILL, PER_REQUEST_PATH, EMBED_AND_MASK, COUNT, ADJUST, ONE_GRID, SPLIT}
 )
+"""What a full target has: the rules every engine follows (options such as ``WHOLE_ITEMS`` are extra)."""
+
+Step = tuple[int, int, int]
+"""One request's share of one scheduler step: ``(request, first position, tokens)``."""
 
 Path = str
 """A target's name for one of its paths (``batched``, ``per_request``; ``v1``, ``v2``)."""
@@ -47,6 +52,7 @@ METHODS: dict[str, tuple[str, ...]] = {
     ADJUST: ("adjust_embedding_length",),
     ONE_GRID: ("image_feature",),
     SPLIT: ("split_item",),
+    WHOLE_ITEMS: ("whole_item_prefill", "new_cache"),
 }
 """What a target declaring a capability must implement; a target implements only what it declares."""
 
@@ -193,3 +199,12 @@ class FullTarget(Target, Protocol):
 
     def split_item(self, case: Case, item: FeatureItem) -> list[FeatureItem]:
         """R5: the engine's per-image split of one (possibly aggregated) item."""
+
+
+class WholeItemTarget(Target, Protocol):
+    """A target with an option to schedule items whole (vLLM's ``disable_chunked_mm_input``)."""
+
+    def whole_item_prefill(
+        self, case: Case, encoder: Encoder, *, cache: Any
+    ) -> tuple[torch.Tensor | None, list[Step]]:
+        """R3w: prefill the windows with the option on: the rows served and every step taken."""

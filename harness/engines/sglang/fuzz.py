@@ -48,13 +48,13 @@ from __future__ import annotations
 
 import inspect
 import json
-import os
 import sys
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from mmharness import fuzz
 from mmharness.engines.sglang import layout, shims
 from mmharness.engines.sglang.parsers import Parsers
 from mmharness.fuzz import (
@@ -595,16 +595,5 @@ def main(
 
 
 def bundled_main(parser: str) -> None:
-    """The entry point of a ClusterFuzzLite build (``.clusterfuzzlite/fuzz_*.py``).
-
-    Packaged by ``compile_python_fuzzer``, the release fetched at build time and the
-    known findings ship in the bundle (``sys._MEIPASS``); run from a checkout, they
-    come from the cache and ``corpus/``. ``MMHARNESS_FUZZ_RELEASE`` picks the release.
-    """
-    bundle = getattr(sys, "_MEIPASS", None)
-    if bundle is not None:
-        os.environ.setdefault("MMHARNESS_CACHE", str(Path(bundle) / "mmharness-cache"))
-    known = Path(bundle or "corpus") / "fuzz-baseline.json"
-    baseline = Baseline.load(known) if known.is_file() else None
-    release = os.environ.get("MMHARNESS_FUZZ_RELEASE", DEFAULT_TARGET.partition("==")[2])
-    main(sys.argv, parser=parser, target=f"sglang=={release}", baseline=baseline)
+    """The ClusterFuzzLite entry point of ``parser``; ``MMHARNESS_FUZZ_RELEASE`` picks the release."""
+    fuzz.bundled_main(parser, main, release=DEFAULT_TARGET, env="MMHARNESS_FUZZ_RELEASE")

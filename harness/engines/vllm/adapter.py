@@ -14,13 +14,14 @@ from contextlib import contextmanager
 from typing import Any
 
 from mmharness.engines.vllm import layout, shims
-from mmharness.engines.vllm.driver import Driver, EncoderCache, Modules, StandIn, rows_of
+from mmharness.engines.vllm.driver import Driver, EncoderCache, Modules, Served, StandIn, rows_of
 from mmharness.model import Case, Item
 from mmharness.targets import base, loader
 from mmharness.targets.base import (
     EMBED_AND_MASK,
     PREFILL,
     SPLIT,
+    WHOLE_ITEMS,
     Encoder,
     FeatureItem,
     HarnessGap,
@@ -38,6 +39,8 @@ NOT_APPLICABLE = {
     base.ADJUST: "vLLM has no embedding length adjustment: a count mismatch is refused by the merge",
     base.ONE_GRID: "vLLM's models take every grid row an item carries: it has no one-grid rule",
 }
+REJECTS_MISMATCH = "_reject_on_encoder_cache_embed_mismatch"
+"""The scheduler method that rejects an identifier cached with another embedding count (0.31 on)."""
 NO_FIELD_CONFIG = "no Qwen2-VL or Kimi-K2.5 field config loaded (their model files are missing)"
 
 
@@ -136,7 +139,7 @@ class VLLMTarget:
         self.field_configs = field_configs(engine)
         self._kwargs_items = getattr(engine.module(layout.INPUTS), "MultiModalKwargsItems", None)
         splits = bool(self.field_configs) and hasattr(self._kwargs_items, "from_hf_inputs")
-        self.capabilities = frozenset({PREFILL, EMBED_AND_MASK} | ({SPLIT} if splits else set()))
+        self.capabilities = frozenset({PREFILL, EMBED_AND_MASK, WHOLE_ITEMS} | ({SPLIT} if splits else set()))
         self.missing = dict(NOT_APPLICABLE) | ({} if splits else {SPLIT: NO_FIELD_CONFIG})
 
     def describe(self) -> dict[str, Any]:
@@ -153,6 +156,7 @@ class VLLMTarget:
             "placeholder_is_embed": self.modules.has_is_embed,
             "field_configs": sorted(self.field_configs),
             "cache_at_placeholder_length": self.modules.scatter is not None,
+            "rejects_mismatched_identifiers": hasattr(self.modules.scheduler, REJECTS_MISMATCH),
             "notes": self.notes(),
             "load_errors": engine.errors,
             "load_ms": round(engine.load_seconds * 1000, 1),
@@ -192,23 +196,29 @@ class VLLMTarget:
     def new_cache(self, max_size: int) -> EncoderCache:
         return EncoderCache(max_size)
 
-    def _run(self, case: Case, encoder: Encoder, cache: EncoderCache, path: str) -> tuple[list, list]:
+    def _run(self, case: Case, encoder: Encoder, cache: EncoderCache, path: str, **options: Any) -> Served:
         if path not in self.paths:
             path = self.paths[0]
         with self.watched():
-            return self.driver.run(case, encoder, cache, path)
+            return self.driver.run(case, encoder, cache, path, **options)
 
     def chunked_prefill_embedding(
         self, case: Case, encoder: Encoder, *, cache: EncoderCache, path: str = "v1"
     ) -> Any:
-        rows, _ = self._run(case, encoder, cache, path)
-        return rows_of(rows)
+        return rows_of(self._run(case, encoder, cache, path).rows)
 
     def embedding_and_mask(self, case: Case, encoder: Encoder, *, cache: EncoderCache) -> tuple[Any, Any]:
         import torch
 
-        rows, masks = self._run(case, encoder, cache, self.paths[0])
-        return rows_of(rows), torch.cat(masks)
+        served = self._run(case, encoder, cache, self.paths[0])
+        return rows_of(served.rows), torch.cat(served.masks)
+
+    def whole_item_prefill(
+        self, case: Case, encoder: Encoder, *, cache: EncoderCache
+    ) -> tuple[Any, list[tuple[int, int, int]]]:
+        """The windows prefilled with ``disable_chunked_mm_input`` on: the rows and the steps taken."""
+        served = self._run(case, encoder, cache, self.paths[0], whole_items=True)
+        return rows_of(served.rows), served.steps
 
 
     def split_item(self, case: Case, item: FeatureItem) -> list[FeatureItem]:

@@ -91,6 +91,16 @@ class EncoderCache:
     """Per request id, its feature specs (model runner V2 reads them from its encoder cache)."""
 
 
+@dataclass
+class Served:
+    """What one call served: each request's rows (``None``: none) and mask, and every step taken."""
+
+    rows: list[Any]
+    masks: list[Any]
+    steps: list[tuple[int, int, int]]
+    """``(request, first position, tokens)`` per request per scheduler step, in order."""
+
+
 def row_bytes(case: Case) -> int:
     return ROW_BYTES.get(case.dtype, 2) * case.hidden
 
@@ -171,12 +181,12 @@ class Driver:
             num_prompt_tokens=request.seq_len,
         )
 
-    def _scheduler(self, cache: EncoderCache) -> Any:
+    def _scheduler(self, cache: EncoderCache, whole_items: bool) -> Any:
         return StandIn(
             self.m.scheduler,
             "Scheduler",
             encoder_cache_manager=cache.manager,
-            scheduler_config=types.SimpleNamespace(disable_chunked_mm_input=False),
+            scheduler_config=types.SimpleNamespace(disable_chunked_mm_input=whole_items),
             is_encoder_decoder=False,
             ec_connector=None,
             encoder_cache_mismatch_reqs=set(),
@@ -200,14 +210,20 @@ class Driver:
     # one call ---------------------------------------------------------------------
 
     def run(
-        self, case: Case, encoder: Encoder, cache: EncoderCache, path: str
-    ) -> tuple[list[Any], list[Any]]:
-        """Each request's window rows and mask, as the gathers of every step served them."""
+        self, case: Case, encoder: Encoder, cache: EncoderCache, path: str, *, whole_items: bool = False
+    ) -> Served:
+        """Each request's window rows and mask, as the gathers of every step served them.
+
+        With ``whole_items`` (vLLM's ``disable_chunked_mm_input``) the window's end
+        is the step's token budget: a request whose next item the window would
+        cut stops before it, as vLLM would until a later step has the budget.
+        """
         import torch
 
         self._calls += 1
         self._size(case, cache)
-        scheduler = self._scheduler(cache)
+        scheduler = self._scheduler(cache, whole_items)
+        steps: list[tuple[int, int, int]] = []
         requests = [self._request(case, k) for k in range(len(case.requests))]
         ends = [r.prefix_len + r.extend_len for r in case.requests]
         rows: list[list[Any]] = [[] for _ in requests]
@@ -222,7 +238,7 @@ class Driver:
                         rejected.append(k)
                         self._finish(requests[k], cache, live, k)
                 if not scheduled:
-                    done = [k for k in live if requests[k].num_computed_tokens >= ends[k]]
+                    done = [k for k in live if whole_items or requests[k].num_computed_tokens >= ends[k]]
                     if not done and not rejected:
                         raise RuntimeError(
                             "vLLM's scheduler scheduled no token of any unfinished request:"
@@ -237,6 +253,7 @@ class Driver:
                 embeds, mask = self._gather(case, requests, scheduled, cache, path)
                 self._split(embeds, mask, scheduled, rows, masks)
                 for k, (count, _) in scheduled.items():
+                    steps.append((k, requests[k].num_computed_tokens, count))
                     requests[k].num_computed_tokens += count
                     scheduler._free_encoder_inputs(requests[k])
         finally:
@@ -249,9 +266,10 @@ class Driver:
             )
         device = case.device
         empty_mask = torch.zeros(0, dtype=torch.bool, device=device)
-        return (
+        return Served(
             [torch.cat(r) if r else None for r in rows],
             [torch.cat(m).to(device) if m else empty_mask for m in masks],
+            steps,
         )
 
     @staticmethod

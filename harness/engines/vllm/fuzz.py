@@ -17,6 +17,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from mmharness import fuzz
 from mmharness.engines.vllm import layout
 from mmharness.fuzz import Baseline, guarded
 from mmharness.targets.base import TargetError
@@ -129,3 +130,8 @@ def main(
     print(f"mmharness: fuzzing {parser} of {loaded.name} ({sorted(loaded.field_configs)})", file=sys.stderr)
     atheris.Setup(list(argv), entry(loaded, baseline=baseline))
     atheris.Fuzz()
+
+
+def bundled_main(parser: str = PARSER) -> None:
+    """The ClusterFuzzLite entry point; ``MMHARNESS_FUZZ_VLLM_RELEASE`` picks the release."""
+    fuzz.bundled_main(parser, main, release=DEFAULT_TARGET, env="MMHARNESS_FUZZ_VLLM_RELEASE")
