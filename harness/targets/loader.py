@@ -425,11 +425,22 @@ def _importable(package: str) -> bool:
         return False
 
 
-def load_installed(layout: Layout, shims: Any, *, hint: Callable[[BaseException], str]) -> Engine:
-    """The installed engine package, imported normally; ``hint`` words the error when it does not import."""
+def load_installed(layout: Layout, shims: Any, *, example: str) -> Engine:
+    """The installed engine package, imported normally; ``example`` is a release to suggest instead."""
     import importlib
 
     started = time.perf_counter()
+
+    def hint(error: BaseException) -> str:
+        package = layout.package
+        version = installed_version(package)
+        release = f"{package}=={version}" if version else f"{package}==X (e.g. {package}=={example})"
+        reason = f"{type(error).__name__}: {error}".splitlines()[0]
+        return (
+            f"the installed {package} does not import ({reason}); use {release} to load that release"
+            f" by path, or a path spec (a directory holding {package}/)"
+        )
+
     try:
         importlib.import_module(layout.package)
     except Exception as error:

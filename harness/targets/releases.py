@@ -25,7 +25,7 @@ import zipfile
 from pathlib import Path
 
 from mmharness.targets.base import TargetError
-from mmharness.targets.loader import cache_dir
+from mmharness.targets.loader import Layout, Source, cache_dir, locate
 
 COMPLETE = "mmharness-release-2.txt"
 """Written last into an unpacked release: its presence means the release is complete.
@@ -94,6 +94,15 @@ def fetch(package: str, version: str, members: tuple[str, ...], *, example: str)
                 shutil.rmtree(target, ignore_errors=True)
                 os.rename(unpacked, target)
     return target
+
+
+def source(layout: Layout, version: str, members: tuple[str, ...], *, example: str, absent: str) -> Source:
+    """The layout's files in release ``version`` (fetched once); ``absent`` says why a release has none."""
+    root = fetch(layout.package, version, members, example=example)
+    try:
+        return locate(root, layout, release=version)
+    except TargetError:
+        raise TargetError(f"{layout.package}=={version} {absent}") from None
 
 
 ABANDONED_S = 3600

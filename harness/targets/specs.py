@@ -46,6 +46,44 @@ class SpecForm:
     """Whether, claiming paths, it takes a lone file too (not only a directory)."""
 
 
+def engine_forms(
+    package: str,
+    name: str,
+    adapter: str,
+    *,
+    example: str,
+    path: str,
+    claims: Callable[[str], bool],
+    files: bool = False,
+) -> tuple[SpecForm, ...]:
+    """An engine package's three forms: installed, ``PACKAGE==X``, a path.
+
+    ``adapter`` is the module whose ``installed()``, ``from_release(version)`` and
+    ``from_path(path)`` build the targets (imported when a spec is resolved);
+    ``path`` describes the path form and ``claims`` recognises it.
+    """
+    release = f"{package}=="
+
+    def call(function: str, *args: str) -> Target:
+        return getattr(importlib.import_module(adapter), function)(*args)
+
+    return (
+        SpecForm(
+            package,
+            f"the installed {package} package, imported normally",
+            lambda s: s == package,
+            lambda s: call("installed"),
+        ),
+        SpecForm(
+            f"{release}X",
+            f"{name} release X, downloaded once and loaded by path (e.g. {release}{example})",
+            lambda s: s.startswith(release),
+            lambda s: call("from_release", s.removeprefix(release)),
+        ),
+        SpecForm("PATH", path, claims, lambda s: call("from_path", s), paths=True, files=files),
+    )
+
+
 def _reference(spec: str) -> Target:
     from mmharness.targets.reference import ReferenceTarget
 

@@ -547,20 +547,21 @@ def fetch(version: str) -> Any:
 
 
 def from_release(version: str) -> SGLangTarget:
-    root = fetch(version)
-    try:
-        source = loader.locate(root, layout.RULES, release=version)
-    except TargetError:
-        raise TargetError(
-            f"sglang=={version} has no multimodal scheduling rules (they first appear in 0.4.6);"
-            " pick a later release"
-        ) from None
+    from mmharness.targets import releases
+
+    source = releases.source(
+        layout.RULES,
+        version,
+        layout.RELEASE_MEMBERS,
+        example="0.5.23",
+        absent="has no multimodal scheduling rules (they first appear in 0.4.6); pick a later release",
+    )
     return SGLangTarget(load(source), f"sglang=={version}")
 
 
 def installed() -> SGLangTarget:
     """The installed ``sglang``, imported normally (its own item type, cache and context)."""
-    engine = loader.load_installed(layout.RULES, None, hint=_installed_hint)
+    engine = loader.load_installed(layout.RULES, None, example="0.5.23")
     import importlib
 
     schedule_batch = importlib.import_module("sglang.srt.managers.schedule_batch")
@@ -568,13 +569,3 @@ def installed() -> SGLangTarget:
         item_type=schedule_batch.MultimodalDataItem, modality=schedule_batch.Modality
     )
     return SGLangTarget(engine, "sglang")
-
-
-def _installed_hint(error: BaseException) -> str:
-    version = loader.installed_version(layout.PACKAGE)
-    release = f"sglang=={version}" if version else "sglang==X (e.g. sglang==0.5.23)"
-    reason = f"{type(error).__name__}: {error}".splitlines()[0]
-    return (
-        f"the installed sglang does not import ({reason}); use {release} to load that release"
-        " by path, or a path spec (a directory holding sglang/)"
-    )

@@ -4,29 +4,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from mmharness.targets.specs import SpecForm
+from mmharness.targets.specs import engine_forms
 
-RELEASE = "vllm=="
 FUZZ_TARGETS = {"vllm-mm-kwargs": "mmharness.engines.vllm.fuzz"}
 """Fuzz target name -> the module holding its entry point."""
-
-
-def _installed(spec: str):
-    from mmharness.engines.vllm import adapter
-
-    return adapter.installed()
-
-
-def _release(spec: str):
-    from mmharness.engines.vllm import adapter
-
-    return adapter.from_release(spec.removeprefix(RELEASE))
-
-
-def _path(spec: str):
-    from mmharness.engines.vllm import adapter
-
-    return adapter.from_path(spec)
 
 
 def _claims(spec: str) -> bool:
@@ -37,13 +18,11 @@ def _claims(spec: str) -> bool:
     return given.is_dir() and RULES.package_dir(given) is not None
 
 
-SPEC_FORMS = (
-    SpecForm("vllm", "the installed vllm package, imported normally", lambda s: s == "vllm", _installed),
-    SpecForm(
-        "vllm==X",
-        "vLLM release X, downloaded once and loaded by path (e.g. vllm==0.33.0)",
-        lambda s: s.startswith(RELEASE),
-        _release,
-    ),
-    SpecForm("PATH", "a dir holding vllm/ (wheel, site-packages, a checkout)", _claims, _path, paths=True),
+SPEC_FORMS = engine_forms(
+    "vllm",
+    "vLLM",
+    "mmharness.engines.vllm.adapter",
+    example="0.33.0",
+    path="a dir holding vllm/ (wheel, site-packages, a checkout)",
+    claims=_claims,
 )

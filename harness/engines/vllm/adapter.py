@@ -274,27 +274,19 @@ def fetch(version: str) -> Any:
 
 
 def from_release(version: str) -> VLLMTarget:
-    root = fetch(version)
-    try:
-        source = loader.locate(root, layout.RULES, release=version)
-    except TargetError:
-        raise TargetError(
-            f"vllm=={version} has no V1 engine files (vllm/v1/); pick a release from 0.8 on"
-        ) from None
+    from mmharness.targets import releases
+
+    source = releases.source(
+        layout.RULES,
+        version,
+        layout.RELEASE_MEMBERS,
+        example="0.33.0",
+        absent="has no V1 engine files (vllm/v1/); pick a release from 0.8 on",
+    )
     return VLLMTarget(load(source), f"vllm=={version}")
 
 
 def installed() -> VLLMTarget:
     """The installed ``vllm``, imported normally."""
-    engine = loader.load_installed(layout.RULES, None, hint=_installed_hint)
+    engine = loader.load_installed(layout.RULES, None, example="0.33.0")
     return VLLMTarget(engine, "vllm")
-
-
-def _installed_hint(error: BaseException) -> str:
-    version = loader.installed_version(layout.PACKAGE)
-    release = f"vllm=={version}" if version else "vllm==X (e.g. vllm==0.33.0)"
-    reason = f"{type(error).__name__}: {error}".splitlines()[0]
-    return (
-        f"the installed vllm does not import ({reason}); use {release} to load that release"
-        " by path, or a path spec (a directory holding vllm/)"
-    )
