@@ -137,17 +137,22 @@ def collisions_are_hazards(prop: Property) -> Property:
         try:
             prop(target, case, params)
         except Failure as failure:
-            if failure.kind != DIVERGENCE or not reference.has_any_collision(case):
-                raise
-            raise Hazard(
-                f"{COLLISION}: {failure.message}",
-                expected=failure.expected,
-                actual=failure.actual,
-                signature=f"{COLLISION}: not each item's own rows, nor a clear error",
-            ) from None
+            raise as_collision_hazard(case, failure) from None
 
     guarded.__doc__ = prop.__doc__
     return guarded
+
+
+def as_collision_hazard(case: Case, failure: Failure) -> Failure:
+    """The failure, or on a batch with a hash collision, a divergence as the collision hazard."""
+    if failure.kind != DIVERGENCE or not reference.has_any_collision(case):
+        return failure
+    return Hazard(
+        f"{COLLISION}: {failure.message}",
+        expected=failure.expected,
+        actual=failure.actual,
+        signature=f"{COLLISION}: not each item's own rows, nor a clear error",
+    )
 
 
 def refused_partial(case: Case, actual: Outcome) -> bool:

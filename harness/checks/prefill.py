@@ -14,6 +14,7 @@ from typing import Any
 from mmharness import reference
 from mmharness.checks.common import (
     REFERENCE,
+    as_collision_hazard,
     blocks_in_order,
     collisions_are_hazards,
     permute,
@@ -216,14 +217,17 @@ def permutation(target: Target, case: Case, params: dict) -> None:
 def whole_items(target: Target, case: Case, params: dict) -> None:
     """With items scheduled whole, no step cuts an item it started; the rows are R3's of what it scheduled.
 
-    A cut does not depend on hashes, so only the rows are a hazard on a batch
-    with a hash collision.
+    A cut does not depend on hashes, so only a crash or the rows are a hazard
+    on a batch with a hash collision.
     """
     call = partial(target.whole_item_prefill, case, Encoder(case), cache=target.new_cache(UNLIMITED))
     outcome = observe(call)
     if refused_collision(case, outcome):
         return
-    rows, steps = value_of(outcome, "whole-item prefill", "the rows and the steps")
+    try:
+        rows, steps = value_of(outcome, "whole-item prefill", "the rows and the steps")
+    except Failure as failure:
+        raise as_collision_hazard(case, failure) from None
     scheduled = reference.scheduled_windows(case, steps)
     if isinstance(scheduled, str):
         raise Failure(
