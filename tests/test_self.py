@@ -44,6 +44,7 @@ WITNESSES = {
     "prefill.schedule_concat": "mutant:prefill_cache_warmth",
     "prefill.stateful": "mutant:resume_from_last_chunk",
     "prefill.whole_items": None,  # an engine option; its witnesses are seeded bugs in tests/test_vllm.py
+    "prefill.draft_lookahead": None,  # an engine option; its witnesses are seeded bugs in tests/test_vllm.py
 }
 
 

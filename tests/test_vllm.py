@@ -20,7 +20,15 @@ from mmharness.checks import all_checks
 from mmharness.checks.outcome import DIVERGENCE, HAZARD
 from mmharness.engines.vllm import driver
 from mmharness.runner import PASSED, run_check
-from mmharness.targets.base import EMBED_AND_MASK, PREFILL, SPLIT, WHOLE_ITEMS, HarnessGap, paths_of
+from mmharness.targets.base import (
+    DRAFT_LOOKAHEAD,
+    EMBED_AND_MASK,
+    PREFILL,
+    SPLIT,
+    WHOLE_ITEMS,
+    HarnessGap,
+    paths_of,
+)
 
 CHECKS = all_checks()
 RELEASE = "0.33.0"
@@ -118,6 +126,7 @@ PASSING = [
     "embed_mask.matches_reference",
     "grid.split_matches_reference",
     "prefill.whole_items",
+    "prefill.draft_lookahead",
 ]
 
 
@@ -126,7 +135,7 @@ def test_the_release_loads_with_both_gathers_and_no_stub_reached(target, release
     from mmharness.targets.specs import resolve
 
     assert target.paths == ("v1", "v2")
-    assert target.capabilities == {PREFILL, EMBED_AND_MASK, SPLIT, WHOLE_ITEMS}
+    assert target.capabilities == {PREFILL, EMBED_AND_MASK, SPLIT, WHOLE_ITEMS, DRAFT_LOOKAHEAD}
     assert target.describe()["field_configs"] == ["grid_thws", "image_grid_thw"]
     assert target.describe()["load_errors"] == {}
     assert type(resolve(str(release_dir))) is type(target)  # a path spec finds vLLM behind the seam
@@ -216,20 +225,44 @@ SEEDED = [
 ]
 
 
+# A bug seeded in two places at once: (what, [(file, original, bug), ...], check, how).
+SEEDED_TWICE = [
+    (
+        "scheduler and gather: the drafter's look-ahead neither encoded for nor fallen back from",
+        [
+            (
+                "v1/core/sched/scheduler.py",
+                "end_idx_rel = min(num_encoder_tokens, encoder_window_end - start_pos)",
+                "end_idx_rel = min(num_encoder_tokens, num_computed_tokens + num_new_tokens - start_pos)",
+            ),
+            (
+                "v1/worker/gpu_model_runner.py",
+                "                        >= req_state.num_computed_tokens + num_scheduled_tokens\n",
+                "                        >= req_state.num_computed_tokens + num_scheduled_tokens + 1\n",
+            ),
+        ],
+        "prefill.draft_lookahead",
+        DIVERGENCE,
+    ),
+]
+
+
 @pytest.mark.network
 @pytest.mark.parametrize(
-    ("file", "original", "bug", "check_id", "status"),
-    [pytest.param(*row[1:], id=row[0]) for row in SEEDED],
+    ("edits", "check_id", "status"),
+    [pytest.param([row[1:4]], *row[4:], id=row[0]) for row in SEEDED]
+    + [pytest.param(*row[1:], id=row[0]) for row in SEEDED_TWICE],
 )
-def test_each_check_fails_on_a_seeded_bug(release_dir, tmp_path, file, original, bug, check_id, status):
+def test_each_check_fails_on_a_seeded_bug(release_dir, tmp_path, edits, check_id, status):
     from mmharness.engines.vllm import adapter
 
     copy = tmp_path / "release"
     shutil.copytree(release_dir, copy)
-    path = copy / "vllm" / file
-    source = path.read_text()
-    assert source.count(original) == 1, f"{file} no longer holds the text this bug is seeded into"
-    path.write_text(source.replace(original, bug))
+    for file, original, bug in edits:
+        path = copy / "vllm" / file
+        source = path.read_text()
+        assert source.count(original) == 1, f"{file} no longer holds the text this bug is seeded into"
+        path.write_text(source.replace(original, bug))
     mutant = adapter.from_path(str(copy), name="seeded", release=RELEASE)
     result = run_check(CHECKS[check_id], mutant)
     assert result.status == status, [f.signature for f in result.findings]

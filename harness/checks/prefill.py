@@ -14,7 +14,6 @@ from typing import Any
 from mmharness import reference
 from mmharness.checks.common import (
     REFERENCE,
-    as_collision_hazard,
     blocks_in_order,
     collisions_are_hazards,
     permute,
@@ -24,10 +23,10 @@ from mmharness.checks.common import (
     windows,
     with_window,
 )
-from mmharness.checks.outcome import Failure, Hazard, Outcome, expect_same, is_clear_error, observe, value_of
+from mmharness.checks.outcome import Hazard, Outcome, expect_same, is_clear_error, observe, value_of
 from mmharness.checks.registry import DIFFERENTIAL, HAZARD, METAMORPHIC, check
 from mmharness.model import Case
-from mmharness.targets.base import PREFILL, WHOLE_ITEMS, Encoder, Target, paths_of
+from mmharness.targets.base import PREFILL, Encoder, Target, paths_of
 
 UNLIMITED = 1 << 40
 
@@ -205,47 +204,3 @@ def permutation(target: Target, case: Case, params: dict) -> None:
 
     same(case, f"requests in order {order}", blocks_in_order(call, case, order), call(permute(case, order)))
 
-
-@check(
-    "prefill.whole_items",
-    rule="R3w",
-    family=DIFFERENTIAL,
-    needs={WHOLE_ITEMS},
-    examples=_cases,
-    sweeps=True,
-)
-def whole_items(target: Target, case: Case, params: dict) -> None:
-    """With items scheduled whole, no step cuts an item it started; the rows are R3's of what it scheduled.
-
-    A cut does not depend on hashes, so only a crash or the rows are a hazard
-    on a batch with a hash collision.
-    """
-    call = partial(target.whole_item_prefill, case, Encoder(case), cache=target.new_cache(UNLIMITED))
-    outcome = observe(call)
-    if refused_collision(case, outcome):
-        return
-    try:
-        rows, steps = value_of(outcome, "whole-item prefill", "the rows and the steps")
-    except Failure as failure:
-        raise as_collision_hazard(case, failure) from None
-    scheduled = reference.scheduled_windows(case, steps)
-    if isinstance(scheduled, str):
-        raise Failure(
-            "the steps do not prefill the windows",
-            expected="steps running on from each prefix",
-            actual=scheduled,
-        )
-    cut = reference.cut_items(case, steps)
-    if cut:
-        raise Failure(
-            "a step cut an item it started, with items scheduled whole",
-            expected="each step ends before an item it cannot finish",
-            actual=f"(request, item) {cut} cut by steps {steps}",
-        )
-    _scheduled_rows(target, case, {"scheduled": scheduled, "rows": rows})
-
-
-@collisions_are_hazards
-def _scheduled_rows(target: Target, case: Case, params: dict) -> None:
-    scheduled, rows = params["scheduled"], Outcome(value=params["rows"])
-    same(scheduled, "rows of the tokens scheduled", run(REFERENCE, scheduled)[0], rows)

@@ -55,7 +55,17 @@ def registered(check_id: str) -> Check:
 
 
 CHECKS: dict[str, Check] = {}
-_MODULES = ("chunk", "precomputed", "prefill", "stateful", "embed_mask", "tokens", "grids", "devices")
+_MODULES = (
+    "chunk",
+    "precomputed",
+    "prefill",
+    "options",
+    "stateful",
+    "embed_mask",
+    "tokens",
+    "grids",
+    "devices",
+)
 
 
 def check(

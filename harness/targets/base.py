@@ -28,6 +28,7 @@ ADJUST = "adjust"  # R4 adjust_embedding_length
 ONE_GRID = "one_grid"  # R5 image_feature
 SPLIT = "split"  # R5 split_item
 WHOLE_ITEMS = "whole_items"  # R3w whole_item_prefill: an engine option, not in every engine
+DRAFT_LOOKAHEAD = "draft_lookahead"  # R3d draft_prefill: an engine option, not in every engine
 
 ALL_CAPABILITIES = frozenset(
     {CHUNK, PRECOMPUTED, PREFILL, PER_REQUEST_PATH, EMBED_AND_MASK, COUNT, ADJUST, ONE_GRID, SPLIT}
@@ -36,6 +37,8 @@ ALL_CAPABILITIES = frozenset(
 
 Step = tuple[int, int, int]
 """One request's share of one scheduler step: ``(request, first position, tokens)``."""
+Draft = tuple[int, int, int, "torch.Tensor | None", "torch.Tensor"]
+"""A drafter's gather in one step: ``(request, first position, tokens, rows, mask over the tokens)``."""
 
 Path = str
 """A target's name for one of its paths (``batched``, ``per_request``; ``v1``, ``v2``)."""
@@ -53,6 +56,7 @@ METHODS: dict[str, tuple[str, ...]] = {
     ONE_GRID: ("image_feature",),
     SPLIT: ("split_item",),
     WHOLE_ITEMS: ("whole_item_prefill", "new_cache"),
+    DRAFT_LOOKAHEAD: ("draft_prefill", "new_cache"),
 }
 """What a target declaring a capability must implement; a target implements only what it declares."""
 
@@ -208,3 +212,12 @@ class WholeItemTarget(Target, Protocol):
         self, case: Case, encoder: Encoder, *, cache: Any
     ) -> tuple[torch.Tensor | None, list[Step]]:
         """R3w: prefill the windows with the option on: the rows served and every step taken."""
+
+
+class DraftTarget(Target, Protocol):
+    """A target whose steps can feed a drafter reading ahead (vLLM's EAGLE look-ahead)."""
+
+    def draft_prefill(
+        self, case: Case, encoder: Encoder, *, cache: Any
+    ) -> tuple[torch.Tensor | None, list[Step], list[Draft]]:
+        """R3d: prefill with a drafter one token ahead: the rows, the steps, the drafter's gathers."""

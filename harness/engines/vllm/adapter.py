@@ -18,6 +18,7 @@ from mmharness.engines.vllm.driver import Driver, EncoderCache, Modules, Served,
 from mmharness.model import Case, Item
 from mmharness.targets import base, loader
 from mmharness.targets.base import (
+    DRAFT_LOOKAHEAD,
     EMBED_AND_MASK,
     PREFILL,
     SPLIT,
@@ -139,7 +140,8 @@ class VLLMTarget:
         self.field_configs = field_configs(engine)
         self._kwargs_items = getattr(engine.module(layout.INPUTS), "MultiModalKwargsItems", None)
         splits = bool(self.field_configs) and hasattr(self._kwargs_items, "from_hf_inputs")
-        self.capabilities = frozenset({PREFILL, EMBED_AND_MASK, WHOLE_ITEMS} | ({SPLIT} if splits else set()))
+        options = {WHOLE_ITEMS} | ({DRAFT_LOOKAHEAD} if modules.runner_v1 is not None else set())
+        self.capabilities = frozenset({PREFILL, EMBED_AND_MASK, *options} | ({SPLIT} if splits else set()))
         self.missing = dict(NOT_APPLICABLE) | ({} if splits else {SPLIT: NO_FIELD_CONFIG})
 
     def describe(self) -> dict[str, Any]:
@@ -219,6 +221,13 @@ class VLLMTarget:
         """The windows prefilled with ``disable_chunked_mm_input`` on: the rows and the steps taken."""
         served = self._run(case, encoder, cache, self.paths[0], whole_items=True)
         return rows_of(served.rows), served.steps
+
+    def draft_prefill(
+        self, case: Case, encoder: Encoder, *, cache: EncoderCache
+    ) -> tuple[Any, list[tuple[int, int, int]], list[tuple[int, int, int, Any, Any]]]:
+        """The windows prefilled for a drafter reading one token ahead: rows, steps, the drafter's gathers."""
+        served = self._run(case, encoder, cache, "v1", lookahead=1)
+        return rows_of(served.rows), served.steps, served.drafts
 
 
     def split_item(self, case: Case, item: FeatureItem) -> list[FeatureItem]:

@@ -99,6 +99,8 @@ class Served:
     masks: list[Any]
     steps: list[tuple[int, int, int]]
     """``(request, first position, tokens)`` per request per scheduler step, in order."""
+    drafts: list[tuple[int, int, int, Any, Any]] = field(default_factory=list)
+    """With a drafter: ``(request, first position, tokens, rows, mask)`` of its gather per step."""
 
 
 def row_bytes(case: Case) -> int:
@@ -181,7 +183,7 @@ class Driver:
             num_prompt_tokens=request.seq_len,
         )
 
-    def _scheduler(self, cache: EncoderCache, whole_items: bool) -> Any:
+    def _scheduler(self, cache: EncoderCache, whole_items: bool, lookahead: int) -> Any:
         return StandIn(
             self.m.scheduler,
             "Scheduler",
@@ -190,8 +192,8 @@ class Driver:
             is_encoder_decoder=False,
             ec_connector=None,
             encoder_cache_mismatch_reqs=set(),
-            use_eagle=False,
-            num_prefill_lookahead=0,
+            use_eagle=lookahead > 0,
+            num_prefill_lookahead=lookahead,
             num_spec_tokens=0,
             num_lookahead_tokens=0,
         )
@@ -210,20 +212,31 @@ class Driver:
     # one call ---------------------------------------------------------------------
 
     def run(
-        self, case: Case, encoder: Encoder, cache: EncoderCache, path: str, *, whole_items: bool = False
+        self,
+        case: Case,
+        encoder: Encoder,
+        cache: EncoderCache,
+        path: str,
+        *,
+        whole_items: bool = False,
+        lookahead: int = 0,
     ) -> Served:
         """Each request's window rows and mask, as the gathers of every step served them.
 
         With ``whole_items`` (vLLM's ``disable_chunked_mm_input``) the window's end
         is the step's token budget: a request whose next item the window would
         cut stops before it, as vLLM would until a later step has the budget.
+        With ``lookahead`` (an EAGLE drafter), the scheduler plans for the drafter
+        reading that many tokens ahead, and after every step the V1 runner's
+        gather runs again shifted, as it does for the drafter's inputs.
         """
         import torch
 
         self._calls += 1
         self._size(case, cache)
-        scheduler = self._scheduler(cache, whole_items)
+        scheduler = self._scheduler(cache, whole_items, lookahead)
         steps: list[tuple[int, int, int]] = []
+        drafts: list[tuple[int, int, int, Any, Any]] = []
         requests = [self._request(case, k) for k in range(len(case.requests))]
         ends = [r.prefix_len + r.extend_len for r in case.requests]
         rows: list[list[Any]] = [[] for _ in requests]
@@ -232,7 +245,7 @@ class Driver:
         rejected: list[int] = []
         try:
             while any(requests[k].num_computed_tokens < ends[k] for k in live):
-                scheduled = self._schedule(scheduler, requests, ends, live, cache)
+                scheduled = self._schedule(scheduler, requests, ends, live, cache, lookahead)
                 for k in sorted(live):
                     if requests[k].request_id in scheduler.encoder_cache_mismatch_reqs:
                         rejected.append(k)
@@ -252,6 +265,8 @@ class Driver:
                 self._encode(case, encoder, requests, scheduled, cache)
                 embeds, mask = self._gather(case, requests, scheduled, cache, path)
                 self._split(embeds, mask, scheduled, rows, masks)
+                if lookahead:
+                    drafts += self._draft(case, requests, scheduled, cache, lookahead)
                 for k, (count, _) in scheduled.items():
                     steps.append((k, requests[k].num_computed_tokens, count))
                     requests[k].num_computed_tokens += count
@@ -270,6 +285,7 @@ class Driver:
             [torch.cat(r) if r else None for r in rows],
             [torch.cat(m).to(device) if m else empty_mask for m in masks],
             steps,
+            drafts,
         )
 
     @staticmethod
@@ -280,7 +296,13 @@ class Driver:
         live.discard(k)
 
     def _schedule(
-        self, scheduler: Any, requests: list[Any], ends: list[int], live: set[int], cache: EncoderCache
+        self,
+        scheduler: Any,
+        requests: list[Any],
+        ends: list[int],
+        live: set[int],
+        cache: EncoderCache,
+        lookahead: int,
     ) -> dict[int, tuple[int, list[int]]]:
         """One scheduler step: request index -> (tokens scheduled, encoder inputs to run)."""
         budget = cache.manager.cache_size
@@ -291,7 +313,7 @@ class Driver:
             if remaining <= 0:
                 continue
             answer = scheduler._try_schedule_encoder_inputs(
-                request, request.num_computed_tokens, remaining, budget
+                request, request.num_computed_tokens, remaining, budget, shift_computed_tokens=lookahead
             )
             to_run, count, budget = answer[0], answer[1], answer[2]
             duplicates = answer[4] if len(answer) > 4 else []
@@ -344,6 +366,38 @@ class Driver:
         total = sum(counts)
         if path == "v2":
             return self._gather_v2(case, requests, scheduled, cache, ids, counts, total)
+        runner, output = self._runner_v1(case, requests, scheduled, cache)
+        return self.m.runner_v1._gather_mm_embeddings(runner, output)
+
+    def _draft(
+        self,
+        case: Case,
+        requests: list[Any],
+        scheduled: dict[int, tuple[int, list[int]]],
+        cache: EncoderCache,
+        lookahead: int,
+    ) -> list[tuple[int, int, int, Any, Any]]:
+        """The drafter's gather of this step: each request's window moved ``lookahead`` tokens on."""
+        runner, output = self._runner_v1(case, requests, scheduled, cache)
+        embeds, mask = self.m.runner_v1._gather_mm_embeddings(runner, output, shift_computed_tokens=lookahead)
+        rows: list[list[Any]] = [[] for _ in requests]
+        masks: list[list[Any]] = [[] for _ in requests]
+        self._split(embeds, mask, scheduled, rows, masks)
+        return [
+            (k, requests[k].num_computed_tokens + lookahead, n, rows[k][0] if rows[k] else None, masks[k][0])
+            for k, (n, _) in scheduled.items()
+        ]
+
+    def _runner_v1(
+        self,
+        case: Case,
+        requests: list[Any],
+        scheduled: dict[int, tuple[int, list[int]]],
+        cache: EncoderCache,
+    ) -> tuple[Any, Any]:
+        ids = [requests[k].request_id for k in scheduled]
+        counts = [count for count, _ in scheduled.values()]
+        total = sum(counts)
         runner = StandIn(
             self.m.runner_v1,
             "GPUModelRunner",
@@ -369,7 +423,7 @@ class Driver:
         output = types.SimpleNamespace(
             total_num_scheduled_tokens=total, num_scheduled_tokens=dict(zip(ids, counts, strict=True))
         )
-        return self.m.runner_v1._gather_mm_embeddings(runner, output)
+        return runner, output
 
     def _gather_v2(
         self,
