@@ -15,3 +15,21 @@ def harness_cache(request, tmp_path_factory) -> Path:
         return Path(os.environ["MMHARNESS_CACHE"])
     store = getattr(request.config, "cache", None)
     return Path(store.mkdir("mmharness")) if store is not None else tmp_path_factory.mktemp("mmharness")
+
+
+def reference_summary() -> str:
+    """What pytest reports for every check run against the reference: passed, then skipped.
+
+    Skipped: a check needing CUDA where there is none, and a check of an engine
+    option the reference does not model.
+    """
+    from mmharness.checks import all_checks
+    from mmharness.runner import cuda_available
+    from mmharness.targets.reference import ReferenceTarget
+
+    checks = all_checks().values()
+    skipped = sum(
+        (check.needs_cuda and not cuda_available()) or not check.needs <= ReferenceTarget.capabilities
+        for check in checks
+    )
+    return f"{len(checks) - skipped} passed" + (f", {skipped} skipped" if skipped else "")
