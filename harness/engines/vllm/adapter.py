@@ -3,7 +3,8 @@
 vLLM has no function per rule the way SGLang has: its rules are carried out
 by a scheduler step, an encoder cache and a gather, so the target declares the
 capabilities a step driver can answer (R3 chunked prefill on either gather,
-R3e rows and mask) and says why the others do not apply.
+R3e rows and mask, the options R3w and R3d) and R5's split through the models'
+field configs, and says why the others do not apply.
 """
 
 from __future__ import annotations
