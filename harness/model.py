@@ -84,6 +84,11 @@ class Item:
         for start, end in self.spans:
             yield from range(start, end + 1)
 
+    @property
+    def extent(self) -> range:
+        """First to last position, gaps included: what an engine's placeholder range covers."""
+        return range(self.spans[0][0], self.spans[-1][1] + 1) if self.spans else range(0)
+
 
 @dataclass(frozen=True)
 class Request:
@@ -108,6 +113,11 @@ class Case:
     dtype: str = "float32"
     ndim: int = 2
     device: str = "cpu"
+
+    @property
+    def row_bytes(self) -> int:
+        """Bytes of one embedding row: what byte-sized caches are measured in."""
+        return (4 if self.dtype == "float32" else 2) * self.hidden
 
     def device_of(self, item: Item) -> str:
         return item.device or self.device

@@ -105,7 +105,7 @@ def cut_items(case: Case, steps: list[tuple[int, int, int]]) -> list[tuple[int, 
     cut = []
     for k, start, tokens in steps:
         for i, item in enumerate(case.requests[k].items):
-            extent = _extent(item)
+            extent = item.extent
             if extent and start <= extent.start < start + tokens < extent.stop:
                 cut.append((k, i))
     return cut
@@ -143,12 +143,8 @@ def items_in_windows(case: Case, *, extent: bool = False) -> set[tuple[int, int]
         (item.hash, item.token_count)
         for r in case.requests
         for item in r.items
-        if any(p in r.window for p in (_extent(item) if extent else item.positions()))
+        if any(p in r.window for p in (item.extent if extent else item.positions()))
     }
-
-
-def _extent(item: Item) -> range:
-    return range(item.spans[0][0], item.spans[-1][1] + 1) if item.spans else range(0)
 
 
 def has_collision(case: Case, *, extent: bool = False) -> bool:
@@ -168,8 +164,7 @@ def has_any_collision(case: Case) -> bool:
 
 
 def _layout(item: Item) -> tuple[int, ...]:
-    first = item.spans[0][0] if item.spans else 0
-    return tuple(p - first for p in item.positions())
+    return tuple(p - item.extent.start for p in item.positions())
 
 
 def _collide(keys: set[tuple[int, Any]]) -> bool:

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
@@ -134,25 +135,27 @@ def collisions_are_hazards(prop: Property) -> Property:
     """
 
     def guarded(target, case: Case, params: dict) -> None:
-        try:
+        with collisions_as_hazards(case):
             prop(target, case, params)
-        except Failure as failure:
-            raise as_collision_hazard(case, failure) from None
 
     guarded.__doc__ = prop.__doc__
     return guarded
 
 
-def as_collision_hazard(case: Case, failure: Failure) -> Failure:
-    """The failure, or on a batch with a hash collision, a divergence as the collision hazard."""
-    if failure.kind != DIVERGENCE or not reference.has_any_collision(case):
-        return failure
-    return Hazard(
-        f"{COLLISION}: {failure.message}",
-        expected=failure.expected,
-        actual=failure.actual,
-        signature=f"{COLLISION}: not each item's own rows, nor a clear error",
-    )
+@contextmanager
+def collisions_as_hazards(case: Case) -> Iterator[None]:
+    """Inside, a divergence on a batch with a hash collision is the collision hazard (as above)."""
+    try:
+        yield
+    except Failure as failure:
+        if failure.kind != DIVERGENCE or not reference.has_any_collision(case):
+            raise
+        raise Hazard(
+            f"{COLLISION}: {failure.message}",
+            expected=failure.expected,
+            actual=failure.actual,
+            signature=f"{COLLISION}: not each item's own rows, nor a clear error",
+        ) from None
 
 
 def refused_partial(case: Case, actual: Outcome) -> bool:

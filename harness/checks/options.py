@@ -11,30 +11,26 @@ from functools import partial
 from typing import Any
 
 from mmharness import reference, tensors
-from mmharness.checks.common import REFERENCE, as_collision_hazard, collisions_are_hazards, plain
-from mmharness.checks.outcome import Failure, Outcome, is_clear_error, observe, value_of
-from mmharness.checks.prefill import UNLIMITED, run, same
+from mmharness.checks.common import REFERENCE, collisions_as_hazards
+from mmharness.checks.outcome import Failure, Outcome, observe, value_of
+from mmharness.checks.prefill import UNLIMITED, collision_cases, refused_collision, run, same
 from mmharness.checks.registry import DIFFERENTIAL, check
 from mmharness.model import Case
 from mmharness.targets.base import DRAFT_LOOKAHEAD, WHOLE_ITEMS, Encoder, Target
 
 
-def _cases(device: str):
-    from mmharness import strategies as mst
-
-    return plain(mst.cases(collisions=True, device=device))
-
-
 def _served(target: Target, case: Case, method: str, what: str) -> Any:
-    """The option's answer, ``None`` for an allowed refusal; a crash on a colliding batch is a hazard."""
+    """The option's answer, ``None`` for an allowed refusal; a crash on a colliding batch is a hazard.
+
+    An option may look past the windows, so a clear refusal of a collision
+    anywhere in the batch is allowed.
+    """
     call = partial(getattr(target, method), case, Encoder(case), cache=target.new_cache(UNLIMITED))
     outcome = observe(call)
-    if outcome.raised and is_clear_error(outcome.error) and reference.has_any_collision(case):
-        return None  # the option may look past the windows: a refusal of any collision is allowed
-    try:
+    if refused_collision(case, outcome, anywhere=True):
+        return None
+    with collisions_as_hazards(case):
         return value_of(outcome, what, "the rows and the steps")
-    except Failure as failure:
-        raise as_collision_hazard(case, failure) from None
 
 
 def _scheduled(case: Case, steps: list) -> Case:
@@ -48,10 +44,9 @@ def _scheduled(case: Case, steps: list) -> Case:
     return scheduled
 
 
-@collisions_are_hazards
-def _scheduled_rows(target: Target, case: Case, params: dict) -> None:
-    scheduled, rows = params["scheduled"], Outcome(value=params["rows"])
-    same(scheduled, "rows of the tokens scheduled", run(REFERENCE, scheduled)[0], rows)
+def _scheduled_rows(case: Case, scheduled: Case, rows: Any) -> None:
+    with collisions_as_hazards(case):
+        same(scheduled, "rows of the tokens scheduled", run(REFERENCE, scheduled)[0], Outcome(value=rows))
 
 
 @check(
@@ -59,7 +54,7 @@ def _scheduled_rows(target: Target, case: Case, params: dict) -> None:
     rule="R3w",
     family=DIFFERENTIAL,
     needs={WHOLE_ITEMS},
-    examples=_cases,
+    examples=collision_cases,
     sweeps=True,
 )
 def whole_items(target: Target, case: Case, params: dict) -> None:
@@ -80,7 +75,7 @@ def whole_items(target: Target, case: Case, params: dict) -> None:
             expected="each step ends before an item it cannot finish",
             actual=f"(request, item) {cut} cut by steps {steps}",
         )
-    _scheduled_rows(target, case, {"scheduled": scheduled, "rows": rows})
+    _scheduled_rows(case, scheduled, rows)
 
 
 @check(
@@ -88,7 +83,7 @@ def whole_items(target: Target, case: Case, params: dict) -> None:
     rule="R3d",
     family=DIFFERENTIAL,
     needs={DRAFT_LOOKAHEAD},
-    examples=_cases,
+    examples=collision_cases,
     sweeps=True,
 )
 def draft_lookahead(target: Target, case: Case, params: dict) -> None:
@@ -104,21 +99,17 @@ def draft_lookahead(target: Target, case: Case, params: dict) -> None:
     if served is None:
         return
     rows, steps, drafts = served
-    _scheduled_rows(target, case, {"scheduled": _scheduled(case, steps), "rows": rows})
-    _drafter_rows(target, case, {"drafts": drafts})
-
-
-@collisions_are_hazards
-def _drafter_rows(target: Target, case: Case, params: dict) -> None:
-    for k, start, tokens, draft_rows, draft_mask in params["drafts"]:
-        _draft_step(case, k, start, tokens, draft_rows, draft_mask)
+    _scheduled_rows(case, _scheduled(case, steps), rows)
+    with collisions_as_hazards(case):
+        for k, start, tokens, draft_rows, draft_mask in drafts:
+            _draft_step(case, k, start, tokens, draft_rows, draft_mask)
 
 
 def _draft_step(case: Case, k: int, start: int, tokens: int, draft_rows: Any, draft_mask: Any) -> None:
     request = case.requests[k]
     window = range(start, start + tokens)
     row_at = {p: item.row(i) for item in request.items for i, p in enumerate(item.positions())}
-    needed = {p for item in request.items if item.spans[0][0] < start + tokens - 1 for p in item.positions()}
+    needed = {p for item in request.items if item.extent.start < start + tokens - 1 for p in item.positions()}
     marked = [p for p, on in zip(window, draft_mask.reshape(-1).tolist(), strict=True) if on]
     wrong = [p for p in marked if p not in row_at]
     missing = [p for p in window if p in needed and p not in marked]

@@ -31,7 +31,7 @@ from mmharness.targets.base import PREFILL, Encoder, Target, paths_of
 UNLIMITED = 1 << 40
 
 
-def _cases(device: str):
+def collision_cases(device: str):
     from mmharness import strategies as mst
 
     return plain(mst.cases(collisions=True, device=device))
@@ -54,7 +54,12 @@ def run(
 
 
 @check(
-    "prefill.matches_reference", rule="R3", family=DIFFERENTIAL, needs={PREFILL}, examples=_cases, sweeps=True
+    "prefill.matches_reference",
+    rule="R3",
+    family=DIFFERENTIAL,
+    needs={PREFILL},
+    examples=collision_cases,
+    sweeps=True,
 )
 @collisions_are_hazards
 def matches_reference(target: Target, case: Case, params: dict) -> None:
@@ -70,17 +75,26 @@ def same(case: Case, what: str, expected: Outcome, actual: Outcome) -> None:
     expect_same(case, what, expected, actual, none_is_empty=True)
 
 
-def refused_collision(case: Case, outcome: Outcome) -> bool:
+def refused_collision(case: Case, outcome: Outcome, *, anywhere: bool = False) -> bool:
     """R3 lets a target refuse equal hashes with different token counts, if it says so clearly.
 
     The items that count are those whose extent (first to last position) meets
     a window: an engine that schedules whole placeholder ranges sees a
-    multi-span item whose gap holds the window.
+    multi-span item whose gap holds the window. ``anywhere``: any item of the
+    batch counts (an engine option that looks past the windows).
     """
-    return outcome.raised and is_clear_error(outcome.error) and reference.has_collision(case, extent=True)
+    collides = reference.has_any_collision(case) if anywhere else reference.has_collision(case, extent=True)
+    return outcome.raised and is_clear_error(outcome.error) and collides
 
 
-@check("prefill.encoder_calls", rule="R3", family=HAZARD, needs={PREFILL}, examples=_cases, sweeps=True)
+@check(
+    "prefill.encoder_calls",
+    rule="R3",
+    family=HAZARD,
+    needs={PREFILL},
+    examples=collision_cases,
+    sweeps=True,
+)
 @collisions_are_hazards
 def encoder_calls(target: Target, case: Case, params: dict) -> None:
     """Only items inside a window are encoded, each ``(hash, token count)`` at most once per batch.
@@ -115,12 +129,13 @@ def _whole_windows(case: Case) -> Case:
     )
 
 
-def _row_bytes(case: Case) -> int:
-    return (4 if case.dtype == "float32" else 2) * case.hidden
-
-
 @check(
-    "prefill.cache_independent", rule="R3", family=METAMORPHIC, needs={PREFILL}, examples=_cases, sweeps=True
+    "prefill.cache_independent",
+    rule="R3",
+    family=METAMORPHIC,
+    needs={PREFILL},
+    examples=collision_cases,
+    sweeps=True,
 )
 @collisions_are_hazards
 def cache_independent(target: Target, case: Case, params: dict) -> None:
@@ -131,9 +146,9 @@ def cache_independent(target: Target, case: Case, params: dict) -> None:
     total_rows = sum(item.token_count for _, _, item in case.items())
     for name, size in (
         ("warm", UNLIMITED),
-        ("tiny", 2 * _row_bytes(case)),
+        ("tiny", 2 * case.row_bytes),
         ("zero", 0),
-        ("evicting", total_rows * _row_bytes(case) // 2),
+        ("evicting", total_rows * case.row_bytes // 2),
     ):
         cache = target.new_cache(size)
         run(target, _whole_windows(case), cache=cache)
@@ -145,7 +160,12 @@ def cache_independent(target: Target, case: Case, params: dict) -> None:
 
 
 @check(
-    "prefill.path_independent", rule="R3", family=METAMORPHIC, needs={PREFILL}, examples=_cases, sweeps=True
+    "prefill.path_independent",
+    rule="R3",
+    family=METAMORPHIC,
+    needs={PREFILL},
+    examples=collision_cases,
+    sweeps=True,
 )
 @collisions_are_hazards
 def path_independent(target: Target, case: Case, params: dict) -> None:

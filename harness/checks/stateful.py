@@ -109,7 +109,7 @@ class Machine:
         self.progress = program.advance(self.case, self.progress, step)
 
     def _size(self, name: str) -> int:
-        row = (4 if self.case.dtype == "float32" else 2) * self.case.hidden
+        row = self.case.row_bytes
         rows = sum(item.token_count for _, _, item in self.case.items())
         return {"unlimited": UNLIMITED, "half": rows * row // 2, "tiny": 2 * row, "zero": 0}[name]
 

@@ -31,9 +31,6 @@ from typing import Any
 from mmharness.model import Case, Item
 from mmharness.targets.base import Encoder, HarnessGap
 
-ROW_BYTES = {"float32": 4}
-"""Bytes per value by dtype (everything else the harness makes is 2 bytes)."""
-
 
 class StandIn:
     """An engine object without its constructor: set state, plus the engine class's own methods."""
@@ -50,7 +47,9 @@ class StandIn:
         if isinstance(member, property):
             return member.fget(self)
         if isinstance(member, (types.FunctionType, staticmethod, classmethod)):
-            return member.__get__(self, self._mm_cls)
+            bound = member.__get__(self, self._mm_cls)
+            self.__dict__[name] = bound  # a method is looked up once per stand-in, not per call
+            return bound
         raise HarnessGap(
             f"vLLM's {self._mm_what} read {name!r}, which the harness's stand-in does not hold",
             what=f"{self._mm_what}.{name}",
@@ -103,10 +102,6 @@ class Served:
     """With a drafter: ``(request, first position, tokens, rows, mask)`` of its gather per step."""
 
 
-def row_bytes(case: Case) -> int:
-    return ROW_BYTES.get(case.dtype, 2) * case.hidden
-
-
 def identifier(item: Item) -> str:
     """The item's cache key: vLLM keys encoder outputs by the item's hash (or the client's uuid)."""
     return f"mm-{item.hash:x}"
@@ -120,8 +115,7 @@ def placeholder(modules: Modules, item: Item) -> Any:
     """
     import torch
 
-    first, last = item.spans[0][0], item.spans[-1][1]
-    length = last - first + 1
+    first, length = item.extent.start, len(item.extent)
     if len(item.spans) == 1:
         return modules.placeholder_range(offset=first, length=length)
     if not modules.has_is_embed:
@@ -154,6 +148,10 @@ class Driver:
     def __init__(self, modules: Modules) -> None:
         self.m = modules
         self._calls = 0
+        self._feature_fields = set(_parameters(modules.feature_spec))
+        gather = modules.runner_v2.gather_mm_embeddings if modules.runner_v2 is not None else None
+        self._v2_fields = set(_parameters(gather)) if gather else set()
+        self._v2_required = _parameters(gather, required=True) if gather else []
 
     # requests ---------------------------------------------------------------------
 
@@ -165,8 +163,7 @@ class Driver:
             "mm_position": placeholder(self.m, item),
             "mm_hash": identifier(item),
         }
-        names = _parameters(self.m.feature_spec)
-        return self.m.feature_spec(**{k: v for k, v in values.items() if k in names})
+        return self.m.feature_spec(**{k: v for k, v in values.items() if k in self._feature_fields})
 
     def _request(self, case: Case, k: int) -> Any:
         request = case.requests[k]
@@ -199,8 +196,8 @@ class Driver:
         )
 
     def _size(self, case: Case, cache: EncoderCache) -> None:
-        largest = max((item.spans[-1][1] - item.spans[0][0] + 1 for _, _, item in case.items()), default=0)
-        wanted = max(cache.max_size // row_bytes(case), largest)
+        largest = max((len(item.extent) for _, _, item in case.items()), default=0)
+        wanted = max(cache.max_size // case.row_bytes, largest)
         if cache.manager is None:
             cache.manager = self.m.cache_manager(cache_size=wanted)
         elif cache.manager.cache_size < largest:  # vLLM's invariant: the cache holds its largest item
@@ -449,8 +446,7 @@ class Driver:
             "num_computed_tokens": computed,
             "computed_prefill_lens": computed,
         }
-        gather = self.m.runner_v2.gather_mm_embeddings
-        unknown = [name for name in _parameters(gather, required=True) if name not in values]
+        unknown = [name for name in self._v2_required if name not in values]
         if unknown:
             raise HarnessGap(
                 f"model runner V2's gather_mm_embeddings takes {unknown}, which the harness does not know",
@@ -465,8 +461,8 @@ class Driver:
             is_realtime=False,
             device=_device(case),
         )
-        names = _parameters(gather)
-        return gather(runner, **{k: v for k, v in values.items() if k in names})
+        gather = self.m.runner_v2.gather_mm_embeddings
+        return gather(runner, **{k: v for k, v in values.items() if k in self._v2_fields})
 
     @staticmethod
     def _split(
