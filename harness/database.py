@@ -14,7 +14,9 @@ the device, so two checks or two targets never replay each other's cases.
 from __future__ import annotations
 
 import hashlib
+import tempfile
 from collections.abc import Iterable
+from pathlib import Path
 
 from hypothesis.database import ExampleDatabase
 from mmharness.targets.loader import cache_dir
@@ -30,8 +32,14 @@ def default_spec(profile: str) -> str:
     return NONE if profile == "ci" else str(cache_dir() / "examples")
 
 
-def open_database(spec: str) -> ExampleDatabase | None:
-    """The database a ``--database`` spec names (``None`` for ``none``)."""
+def open_database(spec: str, *, option: str = "--database") -> ExampleDatabase | None:
+    """The database a ``--database`` spec names (``None`` for ``none``).
+
+    ``option`` is how the user wrote it (``--mm-database`` in the pytest plugin),
+    for the messages. A directory is created and written to once here, so one
+    that cannot be is refused before any check runs rather than ignored by
+    Hypothesis for the whole run.
+    """
     from hypothesis import database
 
     if spec == NONE:
@@ -39,18 +47,35 @@ def open_database(spec: str) -> ExampleDatabase | None:
     if spec.startswith("github:"):
         owner, _, repo = spec.removeprefix("github:").partition("/")
         if not owner or not repo:
-            raise DatabaseError(f"--database {spec}: write github:OWNER/REPO")
+            raise DatabaseError(f"{option} {spec}: write github:OWNER/REPO")
         return database.ReadOnlyDatabase(database.GitHubArtifactDatabase(owner, repo))
     if spec.startswith("redis://"):
         try:
             import redis
             from hypothesis.extra.redis import RedisExampleDatabase
         except ImportError:
-            raise DatabaseError(f"--database {spec}: needs redis; pip install 'hypothesis[redis]'") from None
+            raise DatabaseError(f"{option} {spec}: needs redis; pip install 'hypothesis[redis]'") from None
         return RedisExampleDatabase(redis.Redis.from_url(spec))
     if "://" in spec:
-        raise DatabaseError(f"--database {spec}: expected none, a directory, github:OWNER/REPO or redis://HOST")
+        raise DatabaseError(f"{option} {spec}: expected none, a directory, github:OWNER/REPO or redis://HOST")
+    problem = _unwritable(Path(spec))
+    if problem:
+        default = " (the default; MMHARNESS_CACHE moves it)" if spec == default_spec("dev") else ""
+        raise DatabaseError(f"{option} {spec}{default}: {problem}; give a writable directory, or none")
     return database.DirectoryBasedExampleDatabase(spec)
+
+
+def _unwritable(directory: Path) -> str | None:
+    """Why examples cannot be kept in ``directory`` (``None`` if they can), found by trying."""
+    try:
+        if directory.exists() and not directory.is_dir():
+            return "not a directory"
+        directory.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=directory, prefix=".mmharness-probe-"):
+            pass
+    except OSError as error:
+        return f"cannot write there ({error.strerror or error})"
+    return None
 
 
 class KeyedDatabase(ExampleDatabase):

@@ -5,8 +5,9 @@ Installed, it stays out of the way: unless an ``--mm-*`` option or the
 profile and changes nothing. Asked (``pytest --mm-target SPEC``), it collects
 one test per check and device from inside the package, from any directory;
 with no paths on the command line those are the only tests collected, so a
-fork's checkout runs the checks without its own suite. The target is resolved
-on the controlling process first, so a bad spec is one clear usage error,
+fork's checkout runs the checks without its own suite. The target, the
+checks, the findings directory and the example database are resolved on the
+controlling process first, so a bad option is one clear usage error naming it,
 under ``-n`` too. A failing check's report holds every finding with its saved
 case and the command that replays it.
 
@@ -28,6 +29,8 @@ OPTIONS = (
     *("--mm-findings", "--mm-strict", "--mm-database"),
 )
 _TARGET = pytest.StashKey[Any]()
+_CHECKS = pytest.StashKey[list]()
+_DATABASE = pytest.StashKey[Any]()
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -66,8 +69,58 @@ def pytest_configure(config: pytest.Config) -> None:
         config.stash[_TARGET] = resolve(spec)
     except TargetError as error:
         raise pytest.UsageError(f"--mm-target {spec}: {error}") from None
+    # Every other option is refused here too, once, rather than failing each check's test.
+    config.stash[_CHECKS] = _checks(config)
+    _findings_writable(config)
+    config.stash[_DATABASE] = _database(config)
     if not config.option.file_or_dir:
         config.args = []  # the checks only, not the tests of the directory pytest was started in
+
+
+def _checks(config: pytest.Config) -> list:
+    """The checks ``--mm-checks`` names (all without the option), as the CLI's ``--checks`` reads them."""
+    from mmharness.checks import select
+
+    groups = config.getoption("--mm-checks")
+    ids = [part.strip() for group in groups or [] for part in group.split(",") if part.strip()]
+    if groups is not None and not ids:
+        raise pytest.UsageError("--mm-checks names no check; `mmharness checks` lists them")
+    try:
+        return select(ids or None)
+    except KeyError as error:
+        raise pytest.UsageError(
+            f"--mm-checks: unknown check {error.args[0]!r}; `mmharness checks` lists them"
+        ) from None
+
+
+def _findings(config: pytest.Config) -> tuple[str | None, Path]:
+    """Where found cases are saved, and the option or variable that said so (``None``: the default)."""
+    if config.getoption("--mm-findings"):
+        return "--mm-findings", Path(config.getoption("--mm-findings"))
+    if os.environ.get("MMHARNESS_FINDINGS"):
+        return "MMHARNESS_FINDINGS", Path(os.environ["MMHARNESS_FINDINGS"])
+    return None, Path("findings")
+
+
+def _findings_writable(config: pytest.Config) -> None:
+    """A findings directory the user named must take files (the default is made when a case is saved)."""
+    from mmharness.report import writable
+
+    option, directory = _findings(config)
+    problem = option and writable(str(directory), directory=True)
+    if problem:
+        separator = "=" if option == "MMHARNESS_FINDINGS" else " "
+        raise pytest.UsageError(f"{option}{separator}{directory}: {problem}")
+
+
+def _database(config: pytest.Config) -> Any:
+    from mmharness.database import DatabaseError, default_spec, open_database
+
+    spec = config.getoption("--mm-database") or default_spec(config.getoption("--mm-profile") or "ci")
+    try:
+        return open_database(spec, option="--mm-database")
+    except (DatabaseError, OSError) as error:
+        raise pytest.UsageError(str(error)) from None
 
 
 def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config, items: list) -> None:
@@ -87,15 +140,9 @@ class CheckSuite(pytest.Collector):
     """The selected checks, one test per check and device."""
 
     def collect(self) -> list[pytest.Item]:
-        from mmharness.checks import select
-
         config = self.config
-        ids = [i.strip() for group in config.getoption("--mm-checks") or [] for i in group.split(",")]
-        try:
-            checks = select([i for i in ids if i] or None)
-        except KeyError as error:
-            raise pytest.UsageError(f"--mm-checks: unknown check {error.args[0]!r}") from None
         device = config.getoption("--mm-device") or "cpu"
+        checks = config.stash[_CHECKS]
         return [CheckItem.from_parent(self, name=f"{c.id}[{device}]", check=c, device=device) for c in checks]
 
 
@@ -116,17 +163,14 @@ class CheckItem(pytest.Item):
 
         config = self.config
         spec = _spec(config)
-        from mmharness.database import default_spec, open_database
-
-        profile = config.getoption("--mm-profile") or "ci"
         result = run_check(
             self.check,
             config.stash[_TARGET],
-            profile=profile,
+            profile=config.getoption("--mm-profile") or "ci",
             device=self.device,
-            database=open_database(config.getoption("--mm-database") or default_spec(profile)),
+            database=config.stash[_DATABASE],
         )
-        findings = Path(config.getoption("--mm-findings") or os.environ.get("MMHARNESS_FINDINGS", "findings"))
+        _, findings = _findings(config)
         for finding in result.findings:
             if finding.example is not None:
                 finding.saved = report.save(result, finding, spec, findings)

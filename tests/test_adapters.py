@@ -75,3 +75,53 @@ def test_a_target_declaring_what_it_does_not_implement_is_refused_by_name(tmp_pa
     monkeypatch.syspath_prepend(str(tmp_path))
     with pytest.raises(TargetError, match=r"missing count_mm_tokens \(for count\)"):
         resolve("partial_adapter:Partial")
+
+
+@pytest.mark.parametrize(
+    ("source", "said"),
+    [
+        ("import sys\nsys.exit(3)\n", "importing {module} called sys.exit(3)"),
+        ("raise SystemExit('bye')\n", "importing {module} called sys.exit('bye')"),
+        ("import sys\nsys.exit()\n", "importing {module} called sys.exit()"),
+        ("raise ValueError('no\\nway')\n", "importing {module} raised ValueError: no way"),
+        (
+            "import sys\nclass Target:\n    def __init__(self):\n        sys.exit(3)\n",
+            "Target() called sys.exit(3)",
+        ),
+    ],
+    ids=["exit-3", "exit-bye", "exit", "error", "constructor-exits"],
+)
+def test_an_adapter_that_exits_or_fails_while_loading_is_one_usage_error(
+    tmp_path, monkeypatch, capsys, request, source, said
+):
+    from mmharness.cli import main
+
+    module = f"exiting_{request.node.callspec.id.replace('-', '_')}"
+    (tmp_path / f"{module}.py").write_text(source)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    code = main(["check", "--target", f"{module}:Target", "--findings", str(tmp_path / "f")])
+    out, err = capsys.readouterr()
+    assert code == 2, out + err
+    assert err == f"mmharness: error: {module}:Target: {said.format(module=module)}\n"
+    assert "PASS" not in out
+
+
+def test_an_entry_point_that_exits_while_loading_is_refused_by_its_name(tmp_path, monkeypatch, capsys):
+    from mmharness.cli import main
+    from mmharness.targets.specs import forms
+
+    (tmp_path / "exiting_plugin.py").write_text("import sys\nsys.exit(3)\n")
+    dist = tmp_path / "exiting_plugin-1.0.dist-info"
+    dist.mkdir()
+    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: exiting-plugin\nVersion: 1.0\n")
+    (dist / "entry_points.txt").write_text("[mmharness.targets]\nexiting = exiting_plugin:Target\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    forms.cache_clear()
+    try:
+        code = main(["check", "--target", "exiting", "--findings", str(tmp_path / "f")])
+        out, err = capsys.readouterr()
+        assert code == 2, out + err
+        assert "mmharness: error: exiting: importing exiting_plugin:Target called sys.exit(3)\n" in err
+        assert resolve("reference").name, "every other target still loads"
+    finally:
+        forms.cache_clear()

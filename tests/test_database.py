@@ -38,3 +38,29 @@ def test_specs():
         open_database("github:nothing")
     with pytest.raises(DatabaseError, match="expected none, a directory"):
         open_database("s3://bucket")
+
+
+def test_a_directory_that_cannot_be_written_is_refused_naming_the_option(tmp_path):
+    (tmp_path / "a-file").write_text("")
+    blocked = str(tmp_path / "a-file" / "db")
+    with pytest.raises(DatabaseError, match=r"^--database .*/a-file/db: cannot write there"):
+        open_database(blocked)
+    with pytest.raises(DatabaseError, match=r"^--mm-database .*/a-file: not a directory"):
+        open_database(str(tmp_path / "a-file"), option="--mm-database")
+    assert isinstance(open_database(str(tmp_path / "new" / "db")), DirectoryBasedExampleDatabase)
+    assert (tmp_path / "new" / "db").is_dir() and not list((tmp_path / "new" / "db").iterdir())
+
+
+def test_the_cli_refuses_an_unwritable_database_before_any_check_runs(tmp_path, capsys):
+    from mmharness.cli import main
+
+    (tmp_path / "a-file").write_text("")
+    blocked = str(tmp_path / "a-file" / "db")
+    code = main(["check", "--checks", "count", "--findings", str(tmp_path / "f"), "--database", blocked])
+    out, err = capsys.readouterr()
+    assert code == 2
+    assert err.strip() == (
+        f"mmharness: error: --database {blocked}: cannot write there (Not a directory);"
+        " give a writable directory, or none"
+    )
+    assert "PASS" not in out

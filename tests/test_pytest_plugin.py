@@ -80,3 +80,25 @@ def test_an_unrelated_suite_keeps_its_hypothesis_profile_and_its_markers(tmp_pat
     both = pytest_in(tmp_path, "-q", "--mm-target", "reference", "--mm-checks", "count", "test_mine.py")
     assert both.returncode == 0, both.stdout + both.stderr
     assert "3 passed" in both.stdout, "with a path given, the user's tests run beside the checks"
+
+
+@pytest.mark.parametrize(
+    ("options", "refused"),
+    [
+        (
+            ("--mm-target", "mutant:chunk_start_off_by_one", "--mm-findings", "a-file/findings"),
+            "--mm-findings a-file/findings: cannot write there",
+        ),
+        (("-n", "2", "--mm-database", "bogus://x"), "--mm-database bogus://x: expected none, a directory"),
+        (("--mm-database", "a-file/db"), "--mm-database a-file/db: cannot write there"),
+        (("--mm-checks", ""), "--mm-checks names no check"),
+    ],
+    ids=["findings", "database-form", "database-directory", "no-checks"],
+)
+def test_an_option_that_cannot_be_used_is_one_usage_error_naming_it(tmp_path, options, refused):
+    (tmp_path / "a-file").write_text("")
+    checks = () if "--mm-checks" in options else ("--mm-checks", "chunk.matches_reference")
+    run = pytest_in(tmp_path, *options, *checks)
+    assert run.returncode == pytest.ExitCode.USAGE_ERROR, run.stdout + run.stderr
+    assert f"ERROR: {refused}" in run.stderr
+    assert "failed" not in run.stdout and "passed" not in run.stdout, "refused before any check ran"

@@ -119,11 +119,10 @@ def forms() -> tuple[SpecForm, ...]:
     for entry in _entry_points():
         try:
             obj = entry.load()
-        except Exception as error:  # a broken plugin must not break every other target
-            print(
-                f"mmharness: entry point {entry.name!r} ({entry.value}) failed to load: {error}",
-                file=sys.stderr,
-            )
+        except (Exception, SystemExit) as error:  # a broken plugin must not break every other target
+            happened = _what_happened(f"importing {entry.value}", error)
+            print(f"mmharness: entry point {entry.name!r}: {happened}", file=sys.stderr)
+            found.append(_broken_target(entry.name, entry.value, happened))
             continue
         if isinstance(obj, SpecForm):
             found.append(obj)
@@ -149,8 +148,39 @@ def _named_target(name: str, where: str, obj: object) -> SpecForm:
     )
 
 
+def _broken_target(name: str, where: str, happened: str) -> SpecForm:
+    """An entry point that failed to load: its name, asked for, is refused with what happened."""
+
+    def refuse(spec: str) -> Target:
+        raise TargetError(f"{spec}: {happened}")
+
+    return SpecForm(
+        name, f"third-party target ({where}), which failed to load: {happened}", lambda s: s == name, refuse
+    )
+
+
+def _what_happened(doing: str, error: BaseException) -> str:
+    """One line: ``importing m called sys.exit(3)``, ``importing m raised ValueError: why``."""
+    if isinstance(error, SystemExit):
+        code = "" if error.code is None else repr(error.code)
+        return f"{doing} called sys.exit({code})"
+    said = " ".join(str(error).split())
+    return f"{doing} raised {type(error).__name__}" + (f": {said}" if said else "")
+
+
 def resolve(spec: str) -> Target:
-    """The target a spec names; ``TargetError`` with what to do instead when it names none."""
+    """The target a spec names; ``TargetError`` with what to do instead when it names none.
+
+    Loading a target runs other people's code; one that ends the process
+    (``sys.exit``) while loading is refused like any other that cannot load.
+    """
+    try:
+        return _resolve(spec)
+    except SystemExit as error:
+        raise TargetError(f"{spec}: {_what_happened('loading the target', error)}") from error
+
+
+def _resolve(spec: str) -> Target:
     every = forms()
     for form in every:
         if not form.paths and form.matches(spec):
@@ -191,10 +221,8 @@ def _import_attr(spec: str, module_name: str, attr: str) -> object:
         sys.path.insert(0, os.getcwd())  # `module:attr` in the current directory, as `python -m` finds it
     try:
         module = importlib.import_module(module_name)
-    except Exception as error:  # a user's module may fail in any way while importing
-        raise TargetError(
-            f"target {spec!r}: cannot import {module_name!r}: {type(error).__name__}: {error}"
-        ) from error
+    except (Exception, SystemExit) as error:  # a user's module may fail in any way while importing, exit too
+        raise TargetError(f"{spec}: {_what_happened(f'importing {module_name}', error)}") from error
     obj = getattr(module, attr, None)
     if obj is None:
         raise TargetError(f"target {spec!r}: module {module_name!r} has no attribute {attr!r}")
@@ -206,8 +234,8 @@ def _instantiate(spec: str, attr: str, obj: object) -> Target:
         target = obj() if isinstance(obj, type) or (callable(obj) and not _looks_like_target(obj)) else obj
     except TargetError:
         raise
-    except Exception as error:
-        raise TargetError(f"target {spec!r}: {attr}() raised {type(error).__name__}: {error}") from error
+    except (Exception, SystemExit) as error:
+        raise TargetError(f"{spec}: {_what_happened(f'{attr}()', error)}") from error
     if not isinstance(target, Target):
         lacking = [a for a in ("name", "capabilities", "describe") if not hasattr(target, a)]
         raise TargetError(
