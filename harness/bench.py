@@ -10,7 +10,8 @@ each speed comes with the baseline it is measured against in the same process
   installed without its checkout);
 - ``check`` of one release with one worker and with N;
 - the atlas (``matrix``) over the releases in the cache, with N workers;
-- execs/s of each fuzz target (atheris, bounded by time);
+- execs/s of the case parser and of the target engine's fuzz targets (atheris, bounded by time;
+  another engine's fuzzers cannot load this release, so they are skipped with a note);
 - a warm load of the release, and ``mmharness --help``, beside a bare ``python -c pass``.
 """
 
@@ -126,31 +127,69 @@ def atlas_time(spec: str, workers: int) -> list[Figure]:
 LIBFUZZER_RATE = re.compile(r"stat::average_exec_per_sec:\s*(\d+)")
 
 
-def fuzz_rates(spec: str, seconds: int) -> list[Figure]:
-    """Execs/s of each fuzz target, ``seconds`` each (libFuzzer's own figure), known findings let through."""
+def engine_of(target: Any) -> str | None:
+    """The shipped engine package (``mmharness.engines.sglang``...) a loaded target belongs to, if any."""
+    from mmharness.targets.specs import ENGINES
+
+    module = type(target).__module__
+    return next((engine for engine in ENGINES if module.startswith(f"{engine}.")), None)
+
+
+def fuzz_plan(engine: str | None) -> tuple[list[str], dict[str, str]]:
+    """The fuzz targets to measure against a target of ``engine`` (the case parser, then that engine's),
+    and each other engine's target with why it is skipped: an engine's fuzzers load only its own releases."""
+    import importlib
+
+    from mmharness.cli import CASE_PARSER
+    from mmharness.targets.specs import ENGINES
+
+    measured, skipped = [CASE_PARSER], {}
+    for package in ENGINES:
+        for parser in importlib.import_module(package).FUZZ_TARGETS:
+            if package == engine:
+                measured.append(parser)
+            else:
+                name = package.rpartition(".")[2]
+                skipped[parser] = f"skipped: a {name} fuzz target, and the target is not {name}"
+    return measured, skipped
+
+
+def fuzz_rates(spec: str, seconds: int, *, engine: str | None) -> list[Figure]:
+    """Execs/s of the case parser and of each fuzz target of ``engine`` (``engine_of`` the loaded ``spec``),
+    ``seconds`` each (libFuzzer's own figure), known findings let through; other engines' are skipped."""
     if importlib.util.find_spec("atheris") is None:
         missing = "atheris is not installed (pip install 'mmharness[fuzz]')"
         return [Figure("fuzz targets", 0, "execs/s", note=missing)]
-    from mmharness.cli import CASE_PARSER, FUZZ_PARSERS
+    from mmharness.cli import CASE_PARSER
 
+    measured, skipped = fuzz_plan(engine)
     figures = []
-    for parser in FUZZ_PARSERS:
-        engine = parser != CASE_PARSER
+    for parser in measured:
+        on_target = parser != CASE_PARSER
         command = [sys.executable, "-m", "mmharness.cli", "fuzz", parser]
-        if engine:
+        if on_target:
             command += ["--target", spec]
         if KNOWN_FUZZ_FINDINGS.is_file():
             command += ["--baseline", str(KNOWN_FUZZ_FINDINGS)]
         command += ["--", f"-max_total_time={seconds}", "-print_final_stats=1", "-seed=1"]
         with tempfile.TemporaryDirectory(prefix="mmharness-bench-") as scratch:
-            env = {**os.environ, "MMHARNESS_FINDINGS": scratch}
+            # findings, crash files and whatever the run puts in temporary files stay in here
+            env = {**os.environ, "MMHARNESS_FINDINGS": scratch, "TMPDIR": scratch}
             run = subprocess.run(command, capture_output=True, text=True, check=False, env=env, cwd=scratch)
         found = LIBFUZZER_RATE.search(run.stderr)
         rate = float(found.group(1)) if found else 0.0
         note = "" if run.returncode == 0 else f"stopped early (exit {run.returncode}): a new finding?"
-        name = f"fuzz {parser}" + (f" on {spec}" if engine else "")
+        if run.returncode == 2:  # a usage error: say which
+            note = f"could not run (exit 2): {_last_line(run.stderr)}"
+        name = f"fuzz {parser}" + (f" on {spec}" if on_target else "")
         figures.append(Figure(name, rate, "execs/s", note=note))
+    figures += [Figure(f"fuzz {parser}", 0, "execs/s", note=why) for parser, why in skipped.items()]
     return figures
+
+
+def _last_line(text: str) -> str:
+    lines = [line for line in text.splitlines() if line.strip()]
+    return lines[-1].strip() if lines else "no message"
 
 
 def start_times(spec: str) -> list[Figure]:
@@ -197,16 +236,20 @@ def run(
     workers: int,
     examples: int,
     fuzz_seconds: int,
+    engine: str | None,
     atlas: bool,
     shown: Callable[[Figure], None] = lambda figure: None,
 ) -> dict[str, Any]:
-    """Every figure, each passed to ``shown`` as soon as it is measured; the JSON document."""
+    """Every figure, each passed to ``shown`` as soon as it is measured; the JSON document.
+
+    ``engine`` is the engine package of ``spec``'s target (``engine_of``): only its fuzz targets run.
+    """
     figures: list[Figure] = []
     parts: list[Callable[[], list[Figure]]] = [
         lambda: check_speeds(spec, examples),
         lambda: check_times(spec, workers),
         *([lambda: atlas_time(spec, workers)] if atlas else []),
-        lambda: fuzz_rates(spec, fuzz_seconds),
+        lambda: fuzz_rates(spec, fuzz_seconds, engine=engine),
         lambda: start_times(spec),
     ]
     for part in parts:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 from mmharness import bench
 from mmharness.cli import main
@@ -44,14 +46,91 @@ def test_a_figure_prints_its_ratio_and_its_baseline():
     ]
 
 
+@pytest.fixture
+def offline(monkeypatch):
+    """Any release download fails, as it does without a network (cached or not: every load asks ``fetch``)."""
+    from mmharness.targets import releases
+    from mmharness.targets.base import TargetError
+
+    def fetch(package, version, members, *, example):
+        raise TargetError(f"{package}=={version}: cannot download (offline, for this test)")
+
+    monkeypatch.setattr(releases, "fetch", fetch)
+
+
 @pytest.mark.parametrize(
     ("argv", "words"),
     [
-        (["--fuzz-seconds", "0"], "--fuzz-seconds must be >= 1"),
+        (["--fuzz-seconds", "0"], "--fuzz-seconds must be in [1, 2147483647], got 0"),
+        (["--fuzz-seconds", "-1"], "--fuzz-seconds must be in [1, 2147483647], got -1"),
+        (["--fuzz-seconds", "2147483648"], "--fuzz-seconds must be in [1, 2147483647], got 2147483648"),
+        (["--examples", "0"], "--examples must be in [1, 1000000], got 0"),
+        (["--json", "/proc/x"], "--json /proc/x: cannot write there"),
         (["--target", "nonsense"], "unknown target 'nonsense'"),
         (["-n", "none"], "--workers must be a number or auto"),
     ],
 )
-def test_bad_bench_options_are_usage_errors_before_anything_is_measured(capsys, argv, words):
+def test_bad_bench_options_are_usage_errors_before_anything_is_downloaded(capsys, offline, argv, words):
     assert main(["bench", *argv]) == 2
-    assert words in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert words in err and err.count("\n") == 1
+    assert "cannot download" not in err and "--max-examples" not in err
+
+
+def test_good_bench_options_reach_the_download(capsys, offline):
+    """The other side of the test above: offline, the default release is what fails (and nothing ran)."""
+    assert main(["bench", "--no-atlas", "--fuzz-seconds", "1"]) == 2
+    captured = capsys.readouterr()
+    assert "sglang==0.5.23: cannot download (offline, for this test)" in captured.err
+    assert captured.out == ""
+
+
+def test_an_engine_target_gets_the_case_parser_and_its_own_engine_fuzzers_only():
+    from mmharness.engines.sglang import FUZZ_TARGETS as SGLANG
+    from mmharness.engines.sglang.adapter import SGLangTarget
+    from mmharness.engines.vllm import FUZZ_TARGETS as VLLM
+    from mmharness.engines.vllm.adapter import VLLMTarget
+    from mmharness.targets.reference import ReferenceTarget
+
+    assert bench.engine_of(object.__new__(SGLangTarget)) == "mmharness.engines.sglang"
+    assert bench.engine_of(object.__new__(VLLMTarget)) == "mmharness.engines.vllm"
+    assert bench.engine_of(ReferenceTarget()) is None
+    measured, skipped = bench.fuzz_plan("mmharness.engines.sglang")
+    assert measured == ["case-parser", *SGLANG] and set(skipped) == set(VLLM)
+    assert all(why.startswith("skipped: a vllm fuzz target") for why in skipped.values())
+    measured, skipped = bench.fuzz_plan("mmharness.engines.vllm")
+    assert measured == ["case-parser", *VLLM] and set(skipped) == set(SGLANG)
+    measured, skipped = bench.fuzz_plan(None)
+    assert measured == ["case-parser"] and set(skipped) == {*SGLANG, *VLLM}
+
+
+def test_fuzz_rates_run_each_fuzzer_in_a_scratch_dir_it_removes(monkeypatch):
+    """The commands ``fuzz_rates`` runs for an SGLang release (atheris faked: nothing runs for real)."""
+    import importlib.util
+    import subprocess
+
+    from mmharness.engines.sglang import FUZZ_TARGETS as SGLANG
+
+    found = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name, *a: object() if name == "atheris" else found(name, *a)
+    )
+    runs = []
+
+    def fake_run(command, *, env, cwd, **kwargs):
+        runs.append((command, env, cwd))
+        assert env["TMPDIR"] == env["MMHARNESS_FINDINGS"] == cwd, "whatever the run leaves stays in one place"
+        return subprocess.CompletedProcess(command, 0, "", "stat::average_exec_per_sec: 1234\n")
+
+    monkeypatch.setattr(bench.subprocess, "run", fake_run)
+    figures = bench.fuzz_rates("sglang==0.5.23", 3, engine="mmharness.engines.sglang")
+    assert [command[4] for command, _, _ in runs] == ["case-parser", *SGLANG]
+    for command, _, cwd in runs:
+        assert ("--target" in command) == (command[4] != "case-parser")
+        assert "-max_total_time=3" in command
+        assert not Path(cwd).exists(), "the bench's scratch dir is removed"
+    measured = {f.name: f for f in figures if not f.note}
+    assert set(measured) == {"fuzz case-parser", *(f"fuzz {name} on sglang==0.5.23" for name in SGLANG)}
+    assert {f.value for f in measured.values()} == {1234}
+    (skipped,) = (f for f in figures if f.note)
+    assert skipped.name == "fuzz vllm-mm-kwargs" and skipped.note.startswith("skipped: a vllm fuzz target")

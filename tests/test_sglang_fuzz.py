@@ -324,8 +324,8 @@ def test_json_inputs_and_saved_findings_decode_to_payloads():
     assert fuzz_payloads.decode_json(data(record)) == {"text": "x"}
 
 
+@pytest.mark.fuzz
 def test_structured_inputs_give_payloads_of_each_target(fake):
-    pytest.importorskip("atheris")
     vocab = sp.vocabulary(fake)
     assert vocab.features == ("pixel_values",)
     for name, keys in (
@@ -411,19 +411,19 @@ def test_every_seed_against_sglang_0_5_23(parser, seed, release_parsers, finding
     assert finding["payload"] == record["payload"]
 
 
+@pytest.mark.fuzz
 @pytest.mark.network
 @pytest.mark.parametrize("parser", sorted(sp.TARGETS))
 def test_structured_inputs_find_nothing_new_against_sglang_0_5_23(parser, release_parsers, findings):
-    pytest.importorskip("atheris")
     entry = sp.entry(parser, release_parsers, baseline=Baseline.load(BASELINE))
     for seed in range(400):
         entry(bytes((seed * 131 + i * i * 7 + i) % 256 for i in range(16 + seed % 200)))
     assert not findings.exists(), saved(findings)
 
 
+@pytest.mark.fuzz
 @pytest.mark.network
 def test_the_cli_fuzzes_an_engine_target_by_run_count(release_parsers, harness_cache, tmp_path):
-    pytest.importorskip("atheris")
     command = [
         sys.executable, "-m", "mmharness.cli", "fuzz", sp.MM_DATA, "--baseline", str(BASELINE),
         "--findings", str(tmp_path / "findings"), "--", "-atheris_runs=300",

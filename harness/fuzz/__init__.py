@@ -15,6 +15,11 @@ that breaks the parser's error policy (no message, say), ``SilentAcceptance``
 matched by exception class and engine location, lets a CI smoke run continue
 past them and fail only on new ones.
 
+libFuzzer ends the process itself (``exit`` when done, ``_Exit`` on a finding,
+a timeout or a signal), so no ``atexit`` or ``finally`` of that process runs:
+``supervised`` runs a fuzzer in a child process inside a scratch directory,
+and the parent removes it whichever way the child ends.
+
 Nothing here imports atheris or a parser: an entry point must import its parser
 inside ``atheris.instrument_imports()``, which only instruments fresh imports.
 """
@@ -22,15 +27,19 @@ inside ``atheris.instrument_imports()``, which only instruments fresh imports.
 from __future__ import annotations
 
 import base64
+import contextlib
 import dis
 import hashlib
 import json
 import os
 import shlex
+import shutil
 import signal
 import sys
+import tempfile
 import threading
 import traceback
+import warnings
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -333,3 +342,106 @@ def bundled_main(parser: str, main: Callable[..., None], *, release: str, env: s
     baseline = Baseline.load(known) if known.is_file() else None
     engine, _, version = release.partition("==")
     main(sys.argv, parser=parser, target=f"{engine}=={os.environ.get(env, version)}", baseline=baseline)
+
+
+# One run in a scratch directory ------------------------------------------------------------
+
+FORWARDED = tuple(getattr(signal, name) for name in ("SIGINT", "SIGTERM", "SIGHUP") if hasattr(signal, name))
+"""Signals the parent passes on to the fuzzing child (and answers ``128 + N`` for: 130, 143, 129)."""
+
+
+def supervised(prefix: str, work: Callable[[Path], int | None]) -> int:
+    """``work(scratch)`` in a child process, in a fresh scratch directory removed on every way out;
+    the child's exit code.
+
+    libFuzzer ends the child itself, so the parent waits for it and then removes
+    the directory. In the child ``TMPDIR`` is the scratch directory, so temporary
+    files of libFuzzer or of a loaded engine go with it. SIGINT, SIGTERM and SIGHUP
+    sent to the parent are passed on to the child, and once it has ended the answer
+    is 130, 143 or 129 (``mmharness.interrupts.EXIT``); a second signal kills the
+    child. A child killed by signal N answers ``128 + N``. Where there is no
+    ``fork``, ``work`` runs in this process (and a libFuzzer exit skips the cleanup).
+    """
+    from mmharness.interrupts import EXIT
+
+    if not hasattr(os, "fork"):
+        scratch = Path(tempfile.mkdtemp(prefix=prefix))
+        try:
+            return work(scratch) or 0
+        finally:
+            shutil.rmtree(scratch, ignore_errors=True)
+    parent = os.getpid()
+    child = 0
+    received: list[int] = []
+
+    def forward(signum: int, frame: Any) -> None:
+        if os.getpid() != parent:  # the child, before it put its own handlers back: end as the signal would
+            os._exit(128 + signum)
+        received.append(signum)
+        if child:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(child, signum if len(received) == 1 else signal.SIGKILL)
+
+    in_main_thread = threading.current_thread() is threading.main_thread()
+    previous = {signum: signal.signal(signum, forward) for signum in FORWARDED} if in_main_thread else {}
+    scratch = Path(tempfile.mkdtemp(prefix=prefix))
+    status = 0
+    try:
+        if not received:
+            sys.stdout.flush()
+            sys.stderr.flush()
+            with warnings.catch_warnings():  # 3.12 warns of fork() beside threads; the child only fuzzes
+                warnings.simplefilter("ignore", DeprecationWarning)
+                child = os.fork()
+            if child == 0:
+                _child(scratch, work, previous)
+            if received:  # a signal between fork() and knowing the child's pid
+                os.kill(child, received[0])
+            status = os.waitpid(child, 0)[1]
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+        for signum, handler in previous.items():
+            signal.signal(signum, handler if handler is not None else signal.SIG_DFL)
+    if received:
+        return EXIT.get(received[0], 128 + received[0])
+    code = os.waitstatus_to_exitcode(status)
+    return 128 - code if code < 0 else code
+
+
+def _child(scratch: Path, work: Callable[[Path], int | None], previous: Mapping[int, Any]) -> None:
+    """The fuzzing process: ``work`` with the caller's signal handlers and ``TMPDIR``; never returns."""
+    code = 1
+    try:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler if handler is not None else signal.SIG_DFL)
+        os.environ["TMPDIR"] = str(scratch)
+        tempfile.tempdir = None
+        code = work(scratch) or 0
+    except SystemExit as stop:  # atheris's way out after an uncaught exception: SystemExit(-1)
+        if isinstance(stop.code, str):
+            print(stop.code, file=sys.stderr)
+        code = stop.code if isinstance(stop.code, int) else int(stop.code is not None)
+    except KeyboardInterrupt:
+        code = 130
+    except BaseException:
+        traceback.print_exc()
+    finally:
+        _exit_process(code)
+
+
+def _exit_process(code: int) -> None:
+    """End the child with C's ``exit``: libFuzzer's exit handler then saves the input that was running
+    and answers 77 (a finding), as it would in a process of its own. Python is not finalised (nothing
+    of the caller's stack unwinds in the child), so its streams are flushed here."""
+    try:
+        sys.stdout.flush()
+        sys.stderr.flush()
+    except BaseException:
+        pass
+    try:
+        import ctypes
+
+        ctypes.CDLL(None).exit(code)
+    except BaseException:
+        pass
+    os._exit(code)

@@ -572,7 +572,11 @@ def main(
     strict: bool = False,
     scratch: Path | None = None,
 ) -> None:
-    """Fuzz one engine parser; coverage comes from the parser files only (instrumented as loaded)."""
+    """Fuzz one engine parser; coverage comes from the parser files only (instrumented as loaded).
+
+    ``scratch`` is the run's own directory, removed after it (the CLI's, ``mmharness.fuzz.supervised``):
+    the dictionary of the release's payload words is written there unless ``-dict=`` is given.
+    """
     import atheris
     from mmharness.engines.sglang import parsers as parser_targets
 
@@ -587,7 +591,7 @@ def main(
     )
     args = list(argv)
     if scratch is not None and not any(arg.startswith("-dict=") for arg in args):
-        words = scratch.parent / f"{scratch.name}.dict"
+        words = scratch / f"{parser}.dict"  # not a corpus dir: libFuzzer would read it as an input
         words.write_text(dictionary(loaded), encoding="utf-8")
         args.insert(1, f"-dict={words}")
     atheris.Setup(args, test_one_input)

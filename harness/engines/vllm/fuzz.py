@@ -109,8 +109,9 @@ def main(
 ) -> None:
     """Fuzz the split; coverage comes from the inputs module and the model files (instrumented as loaded).
 
-    ``strict`` and ``scratch`` are the CLI's for every engine parser; this one has
-    no silent acceptances to make strict and no dictionary to write.
+    ``strict`` and ``scratch`` (the run's own directory, removed after it) are the CLI's
+    for every engine parser; this one has no silent acceptances to make strict and no
+    dictionary to write.
     """
     import atheris
     from mmharness.engines.vllm import adapter
