@@ -8,7 +8,7 @@ import pytest
 from mmharness import atlas
 from mmharness.checks import select
 from mmharness.checks.outcome import DIVERGENCE
-from mmharness.matrix import ERROR, Matrix, render, run_matrix
+from mmharness.matrix import ERROR, Cell, Matrix, Seen, render, run_matrix
 from mmharness.runner import PASSED
 
 CHECKS = select(["chunk.matches_reference", "count.matches_reference"])
@@ -101,3 +101,44 @@ def test_bad_notes_are_one_line_errors(tmp_path):
     bad.write_text(json.dumps({"classes": [{"name": "x"}]}))
     with pytest.raises(atlas.NotesError, match=r"classes\[0\]: missing or malformed 'match'"):
         atlas.load_notes(str(bad))
+
+
+def test_an_interrupted_matrix_marks_its_partial_cells_and_round_trips():
+    from mmharness.matrix import NOT_RUN
+
+    seen = Seen(DIVERGENCE, "chunk: fewer rows", "requests[0] chunk[0]: fewer rows", 3, "fd/x.json")
+    matrix = Matrix(["a", "b"], ["chunk.matches_reference", "count.matches_reference"], interrupted=True)
+    matrix.cells = {
+        ("chunk.matches_reference", "a"): Cell(PASSED, examples_run=100),
+        ("count.matches_reference", "a"): Cell(PASSED, examples_run=100),
+        ("chunk.matches_reference", "b"): Cell(DIVERGENCE, "fewer rows", 7, (seen,), interrupted=True),
+        ("count.matches_reference", "b"): Cell(NOT_RUN, "interrupted before it began"),
+    }
+    text = render(matrix)
+    assert text.splitlines()[2].split() == ["chunk.matches_reference", "pass", "DIVERGE*", "b"]
+    assert text.splitlines()[3].split() == ["count.matches_reference", "pass", "-", "-"]
+    assert "interrupted: 1 target(s) finished, 1 in progress" in text
+    data = json.loads(json.dumps(matrix.as_json()))
+    assert data["interrupted"] is True
+    partial = data["checks"][0]["results"]["b"]
+    assert partial["interrupted"] is True and partial["findings"][0]["saved"] == "fd/x.json"
+    again = Matrix.from_json(data)
+    assert again.cells == matrix.cells and again.interrupted
+    assert "**Interrupted**: the matrix was stopped part-way" in atlas.render(again, [])
+
+
+@pytest.mark.parametrize(
+    ("document", "words"),
+    [
+        ([1, 2], "it holds a JSON array, not an object"),
+        ("matrix", "it holds a JSON string"),
+        ({"format": "mmharness.report/2"}, "its format is 'mmharness.report/2', not 'mmharness.matrix/2'"),
+        ({"format": "mmharness.matrix/2", "targets": []}, "it lacks 'checks'"),
+        ({"format": "mmharness.matrix/2", "targets": [1], "checks": []}, "malformed"),
+    ],
+)
+def test_a_document_that_is_not_a_matrix_says_why(document, words):
+    from mmharness.matrix import NotAMatrix
+
+    with pytest.raises(NotAMatrix, match=words):
+        Matrix.from_json(document)

@@ -1,7 +1,8 @@
 """Ctrl-C and SIGTERM end every long command cleanly: summary, findings and reports, marked interrupted.
 
-Each test starts the CLI as a subprocess, waits until it is well into its work,
-sends the signal and reads what it left behind.
+Each test starts the CLI as a subprocess, waits until it is well into its work
+(the newer ones until it prints a line saying so), sends the signal and reads
+what it left behind.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -22,13 +24,19 @@ CLI = "import sys; from mmharness.cli import main; sys.exit(main())"
 
 @pytest.fixture
 def start(tmp_path: Path):
-    """Start the CLI in a process group of its own; whatever the test's outcome, nothing is left running."""
+    """Start the CLI in a process group of its own; whatever the test's outcome, nothing is left running.
+
+    ``merged``: standard error goes to standard output, to be read as it comes (``Output``).
+    """
     started: list[subprocess.Popen] = []
 
-    def run(*args: str) -> subprocess.Popen:
+    def run(*args: str, merged: bool = False, env: dict[str, str] | None = None) -> subprocess.Popen:
         command = [sys.executable, "-c", CLI, *args]
-        pipes = {"stdout": subprocess.PIPE, "stderr": subprocess.PIPE, "text": True}
-        process = subprocess.Popen(command, cwd=tmp_path, start_new_session=True, **pipes)
+        pipes = {"stdout": subprocess.PIPE, "stderr": subprocess.STDOUT if merged else subprocess.PIPE}
+        environment = {**os.environ, **(env or {})}
+        process = subprocess.Popen(
+            command, cwd=tmp_path, start_new_session=True, text=True, env=environment, **pipes
+        )
         started.append(process)
         return process
 
@@ -43,6 +51,7 @@ def test_ctrl_c_while_shrinking_keeps_the_finding_unshrunk(tmp_path, start):
     run = start(
         *("check", "--target", "mutant:resume_from_last_chunk", "--checks", "prefill.stateful"),
         *("--profile", "deep", "--json", str(report), "--findings", str(findings)),
+        *("--seed", "4"),  # fixed cases, the first to fail a divergence (a random one may be a hazard)
     )
     time.sleep(8)  # the first failure comes within a second; shrinking these programs takes longer
     run.send_signal(signal.SIGINT)
@@ -81,3 +90,214 @@ def test_ctrl_c_stops_a_matrix_and_its_workers(tmp_path, start):
     assert run.returncode == 130, out + err
     assert json.loads(report.read_text())["interrupted"] is True
     assert "Traceback" not in err
+
+
+class Output:
+    """A process's merged output, read by a thread as it comes, so that a test can wait for a line."""
+
+    def __init__(self, process: subprocess.Popen) -> None:
+        self.process = process
+        self.lines: list[str] = []
+        self.closed = False
+        self.changed = threading.Condition()
+        self.reader = threading.Thread(target=self._read, daemon=True)
+        self.reader.start()
+
+    def _read(self) -> None:
+        for line in self.process.stdout:
+            with self.changed:
+                self.lines.append(line)
+                self.changed.notify_all()
+        with self.changed:
+            self.closed = True
+            self.changed.notify_all()
+
+    def wait_for(self, *texts: str, timeout: float = 60) -> None:
+        """Until every one of ``texts`` has been printed (each on some line)."""
+        deadline = time.monotonic() + timeout
+        with self.changed:
+            while not all(any(text in line for line in self.lines) for text in texts):
+                left = deadline - time.monotonic()
+                if left <= 0 or self.closed:
+                    raise AssertionError(f"never printed {texts}:\n{''.join(self.lines)}")
+                self.changed.wait(left)
+
+    def interrupt(self, signum: int = signal.SIGINT, *, timeout: float = 60) -> tuple[int, str]:
+        """Send the signal; the exit code and everything printed, once the process has ended."""
+        self.process.send_signal(signum)
+        code = self.process.wait(timeout=timeout)
+        self.reader.join(timeout=10)
+        return code, "".join(self.lines)
+
+
+ADAPTERS = '''
+"""Targets for the signal tests. Slow answers R4 wrongly (a count one too many, slowly; an adjusted
+embedding a row short) and says so on standard error once it has been wrong five times at each;
+Idle has nothing to check; Hung answers right but hangs in its third count."""
+import sys
+import time
+
+from mmharness.targets.base import ADJUST, COUNT
+from mmharness.targets.reference import ReferenceTarget
+
+
+class Slow(ReferenceTarget):
+    name = "slow"
+    capabilities = frozenset({COUNT, ADJUST})
+
+    def __init__(self):
+        self.wrong = {}
+
+    def said(self, what):
+        self.wrong[what] = self.wrong.get(what, 0) + 1
+        if self.wrong[what] == 5:
+            print(f"{self.name} {what}: wrong 5 times", file=sys.stderr, flush=True)
+
+    def count_mm_tokens(self, case):
+        time.sleep(0.3)
+        count = super().count_mm_tokens(case)
+        self.said("count")
+        return count + 1
+
+    def adjust_embedding_length(self, embedding, wanted):
+        kept = super().adjust_embedding_length(embedding, wanted)
+        if kept.shape[-2] == 0:
+            return kept
+        self.said("adjust")
+        return kept[..., 1:, :]
+
+
+class Slower(Slow):
+    name = "slower"
+
+
+class Idle(ReferenceTarget):
+    name = "idle"
+    capabilities = frozenset()
+
+
+class Hung(ReferenceTarget):
+    name = "hung"
+    capabilities = frozenset({COUNT, ADJUST})
+
+    def __init__(self):
+        self.counted = 0
+
+    def count_mm_tokens(self, case):
+        self.counted += 1
+        if self.counted == 3:
+            print("hung: hanging", file=sys.stderr, flush=True)
+            time.sleep(600)
+        return super().count_mm_tokens(case)
+'''
+FOREVER = ("--max-examples", "1000000")
+
+
+@pytest.fixture
+def adapters(tmp_path: Path) -> str:
+    """The module of the test targets, importable from the CLI's working directory."""
+    (tmp_path / "signal_adapters.py").write_text(ADAPTERS)
+    return "signal_adapters"
+
+
+def test_ctrl_c_keeps_what_the_workers_had_found(tmp_path, start, adapters):
+    """With workers, the checks in progress are reported (partial, marked) and their findings saved."""
+    findings, report = tmp_path / "fd", tmp_path / "r.json"
+    run = start(
+        *("check", "-n", "2", "--target", f"{adapters}:Slow", *FOREVER),
+        *("--checks", "chunk.matches_reference,count,adjust.matches_reference"),
+        *("--json", str(report), "--findings", str(findings)),
+        merged=True,
+    )
+    output = Output(run)
+    output.wait_for("SKIP", "slow count: wrong 5 times", "slow adjust: wrong 5 times")
+    code, out = output.interrupt()
+    assert code == 130, out
+    assert "interrupted: reporting the checks that ran" in out and "Traceback" not in out
+    data = json.loads(report.read_text())
+    assert data["interrupted"] is True
+    results = {r["check"]: r for r in data["results"]}
+    assert list(results) == ["chunk.matches_reference", "count.matches_reference", "adjust.matches_reference"]
+    assert results["chunk.matches_reference"]["status"] == "skipped"
+    for check in ("count.matches_reference", "adjust.matches_reference"):
+        assert results[check]["interrupted"] is True and results[check]["findings"], results[check]
+        assert all(Path(f["saved"]).is_file() for f in results[check]["findings"])
+    assert {p.name.split("-")[0] for p in findings.iterdir()} == {
+        "adjust.matches_reference",
+        "count.matches_reference",
+    }
+
+
+@pytest.mark.parametrize("workers", ["1", "2"])
+def test_a_signal_stops_an_example_that_hangs(tmp_path, start, adapters, workers):
+    """The example in progress is stopped where it hangs, and the stop is no finding."""
+    report = tmp_path / "r.json"
+    run = start(
+        *("check", "-n", workers, "--target", f"{adapters}:Hung", *FOREVER),
+        *("--checks", "count,adjust.matches_reference", "--json", str(report), "--findings", "fd"),
+        merged=True,
+        env={"MMHARNESS_DEADLINE": "0"},  # no deadline of its own: only the signal ends the hang
+    )
+    output = Output(run)
+    output.wait_for("hung: hanging")
+    started = time.monotonic()
+    code, out = output.interrupt(signal.SIGTERM, timeout=15)
+    assert time.monotonic() - started < 15
+    assert code == 143, out
+    data = json.loads(report.read_text())
+    assert data["interrupted"] is True
+    counted = data["results"][0]
+    assert counted["check"] == "count.matches_reference" and counted["interrupted"] is True
+    assert all(r["status"] == "passed" and r["findings"] == [] for r in data["results"]), data["results"]
+
+
+def test_ctrl_c_keeps_the_targets_in_progress_of_a_parallel_matrix(tmp_path, start, adapters):
+    """The finished target, and the cells of those in progress, are in the table, the JSON and on disk."""
+    findings, report = tmp_path / "fd", tmp_path / "m.json"
+    targets = [f"{adapters}:{name}" for name in ("Idle", "Slow", "Slower")]
+    run = start(
+        *("matrix", "-n", "2", *[arg for spec in targets for arg in ("--target", spec)], *FOREVER),
+        *("--checks", "count,adjust.matches_reference", "--json", str(report), "--findings", str(findings)),
+        merged=True,
+    )
+    output = Output(run)
+    output.wait_for(f"{targets[0]}: 2 checks", "slow count: wrong 5 times", "slower count: wrong 5 times")
+    code, out = output.interrupt()
+    assert code == 130, out
+    assert "interrupted: 1 target(s) finished, 2 in progress" in out and "Traceback" not in out
+    data = json.loads(report.read_text())
+    assert data["interrupted"] is True
+    assert [t["spec"] for t in data["targets"]] == targets
+    count, adjust = data["checks"]
+    for spec in targets[1:]:
+        partial = count["results"][spec]
+        assert partial["interrupted"] is True and partial["status"] == "divergence", partial
+        assert adjust["results"][spec]["status"] == "not run"
+        saved = [f["saved"] for f in partial["findings"]]
+        assert saved and all(Path(path).is_file() for path in saved)
+        assert all(f"reproduce with: mmharness replay {path}" in out for path in saved)
+    assert {p.name for p in findings.iterdir()} == {"signal_adapters_Slow", "signal_adapters_Slower"}
+
+
+def test_ctrl_c_keeps_the_checks_that_ran_on_the_target_in_progress(tmp_path, start, adapters):
+    """Serially, the target in progress keeps its finished checks and the partial one."""
+    findings, report = tmp_path / "fd", tmp_path / "m.json"
+    spec = f"{adapters}:Slow"
+    run = start(
+        *("matrix", "--target", spec, "--max-examples", "30", "--json", str(report)),
+        *("--checks", "adjust.matches_reference,count,adjust.zero_keeps_all", "--findings", str(findings)),
+        merged=True,
+    )
+    output = Output(run)
+    output.wait_for("slow count: wrong 5 times")
+    code, out = output.interrupt()
+    assert code == 130, out
+    data = json.loads(report.read_text())
+    assert [t["spec"] for t in data["targets"]] == [spec]
+    adjust, count, zero = (c["results"][spec] for c in data["checks"])
+    assert adjust["interrupted"] is False and adjust["status"] != "passed" and adjust["examples"] > 0
+    assert count["interrupted"] is True and count["status"] == "divergence"
+    assert zero["status"] == "not run"
+    saved = [f["saved"] for cell in (adjust, count) for f in cell["findings"]]
+    assert len(saved) >= 2 and all(Path(path).is_file() for path in saved)
+    assert "interrupted: 0 target(s) finished, 1 in progress" in out
