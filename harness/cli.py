@@ -6,15 +6,16 @@ Imports stay inside the commands so that ``mmharness --help`` never loads torch.
 from __future__ import annotations
 
 import argparse
-import atexit
 import json
 import os
-import shutil
 import sys
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from collections.abc import Iterator
+
     from mmharness.model import Case
 
 PASSED_EXIT, DIVERGED, USAGE_ERROR, COULD_NOT_TEST_EXIT, NOTHING_RAN = 0, 1, 2, 3, 4
@@ -30,6 +31,25 @@ EXIT_CODES = """exit codes:
 
 class UsageError(Exception):
     """Bad input from the user: printed as one line, exit code 2."""
+
+
+DEADLINE_HELP = (
+    "seconds one case may run: one still running then is a divergence of its own (did not finish in S s),"
+    " saved and replayable; 0: no limit (default 10, at least 60 on CUDA, or $MMHARNESS_DEADLINE)"
+)
+
+
+def _seconds(value: str) -> float:
+    """``--deadline``: a number of seconds, 0 or more."""
+    import math
+
+    try:
+        seconds = float(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number of seconds: {value!r}") from None
+    if not math.isfinite(seconds) or seconds < 0:
+        raise argparse.ArgumentTypeError(f"must be 0 (no limit) or more seconds, got {value}")
+    return seconds
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -71,6 +91,7 @@ def _parser() -> argparse.ArgumentParser:
     check.add_argument(
         "--seed", type=int, metavar="N", help="other fixed seeds: the same cases every run, not the ci ones"
     )
+    check.add_argument("--deadline", type=_seconds, metavar="S", help=DEADLINE_HELP)
     check.add_argument("--junit", metavar="FILE", help="write a JUnit XML report")
     check.add_argument("--json", metavar="FILE", help="write a JSON report")
     check.add_argument(
@@ -106,6 +127,7 @@ def _parser() -> argparse.ArgumentParser:
     replay.add_argument("cases", nargs="+", metavar="CASE.json")
     replay.add_argument("--target", help="target spec (default: the one the case was saved from)")
     replay.add_argument("-n", "--workers", default="1", metavar="N", help="replay in N processes, or auto")
+    replay.add_argument("--deadline", type=_seconds, metavar="S", help=DEADLINE_HELP)
 
     matrix = sub.add_parser("matrix", help="run checks over several targets; a check x target table")
     matrix.add_argument(
@@ -125,6 +147,7 @@ def _parser() -> argparse.ArgumentParser:
         "-n", "--workers", default="1", metavar="N", help="targets run in N processes, or auto: one per core"
     )
     matrix.add_argument("--seed", type=int, metavar="N")
+    matrix.add_argument("--deadline", type=_seconds, metavar="S", help=DEADLINE_HELP)
     matrix.add_argument(
         "--findings", metavar="DIR", help="save every finding's shrunk case under DIR/TARGET/ (default: none)"
     )
@@ -258,19 +281,21 @@ def _bench(args: argparse.Namespace) -> int:
     newest = (
         getattr(importlib.import_module(module), "DEFAULT_TARGET", None) for module in FUZZ_PARSERS.values()
     )
-    spec = args.target or next(found for found in newest if found)
-    _target(spec)  # a bad spec is a usage error before anything is measured
-    _check_max_examples(args.examples)
-    if args.fuzz_seconds < 1:
-        raise UsageError(f"--fuzz-seconds must be >= 1, got {args.fuzz_seconds}")
+    if not 1 <= args.examples <= MAX_EXAMPLES:
+        raise UsageError(f"--examples must be in [1, {MAX_EXAMPLES}], got {args.examples}")
+    if not 1 <= args.fuzz_seconds <= INT_MAX:  # libFuzzer's -max_total_time
+        raise UsageError(f"--fuzz-seconds must be in [1, {INT_MAX}], got {args.fuzz_seconds}")
     _writable("--json", args.json)
     workers = _workers(args.workers)
+    spec = args.target or next(found for found in newest if found)
+    target = _target(spec)  # may download the release: only once every option is known to be good
     print(f"mmharness bench: {spec}, {workers} workers, {args.examples} examples per check", flush=True)
     document = bench.run(
         spec,
         workers=workers,
         examples=args.examples,
         fuzz_seconds=args.fuzz_seconds,
+        engine=bench.engine_of(target),
         atlas=not args.no_atlas,
         shown=lambda figure: print(bench.line(figure), flush=True),
     )
@@ -290,15 +315,12 @@ def _target(spec: str):
 
 
 def _selected_checks(groups: list[str] | None):
-    from mmharness.checks import select
+    from mmharness.checks import SelectionError, selected
 
-    ids = [part.strip() for group in groups or [] for part in group.split(",") if part.strip()]
-    if groups is not None and not ids:
-        raise UsageError("--checks names no check; `mmharness checks` lists them")
     try:
-        return select(ids or None)
-    except KeyError as error:
-        raise UsageError(f"unknown check {error.args[0]!r}; `mmharness checks` lists them") from None
+        return selected(groups, "--checks")
+    except SelectionError as error:
+        raise UsageError(str(error)) from None
 
 
 def _writable(option: str, path: str | None, *, directory: bool = False) -> None:
@@ -311,10 +333,31 @@ def _writable(option: str, path: str | None, *, directory: bool = False) -> None
             raise UsageError(f"{option} {path}: {problem}")
 
 
+def _distinct(outputs: dict[str, str | None]) -> None:
+    """Refuse one path given to two outputs (option -> path): one would overwrite the other."""
+    seen: dict[str, str] = {}
+    for option, path in outputs.items():
+        if path is None:
+            continue
+        where = os.path.realpath(os.path.expanduser(path))
+        if where in seen:
+            raise UsageError(f"{seen[where]} and {option} name the same file {path}: give each its own")
+        seen[where] = option
+
+
+def _findings_option(argv: list[str]) -> str:
+    """How the user gave ``check``'s findings directory: ``--findings``, or ``$MMHARNESS_FINDINGS``
+    when the option (or an abbreviation of it) is not on the command line and the variable is set."""
+    given = any(
+        len(name) > 3 and "--findings".startswith(name) for name in (arg.split("=", 1)[0] for arg in argv)
+    )
+    return "$MMHARNESS_FINDINGS" if not given and os.environ.get("MMHARNESS_FINDINGS") else "--findings"
+
+
 def _check(args: argparse.Namespace) -> int:
     from mmharness import baseline, interrupts, report
     from mmharness.progress import Progress, summary_table
-    from mmharness.runner import Interrupted, cuda_available, run_check
+    from mmharness.runner import cuda_available, run_check
     from mmharness.workers import ordered
 
     target = _target(args.target)
@@ -323,7 +366,10 @@ def _check(args: argparse.Namespace) -> int:
     workers = _workers(args.workers)
     current = baseline.identity(target, args.target)
     known = _baseline(args.baseline, current)
-    _writable("--findings", args.findings, directory=True)
+    findings_option = _findings_option(args.argv)
+    outputs = {"--json": args.json, "--junit": args.junit, "--write-baseline": args.write_baseline}
+    _distinct({findings_option: args.findings, **outputs})
+    _writable(findings_option, args.findings, directory=True)
     _writable("--json", args.json)
     _writable("--junit", args.junit)
     _writable("--write-baseline", args.write_baseline)
@@ -343,33 +389,48 @@ def _check(args: argparse.Namespace) -> int:
         results.append(result)
 
     units = [(check, device) for device in devices for check in checks]
-    options = {"profile": args.profile, "max_examples": args.max_examples, "seed": args.seed}
+    options = {
+        "profile": args.profile,
+        "max_examples": args.max_examples,
+        "seed": args.seed,
+        "deadline": args.deadline,
+    }
+    produced = None
     with interrupts.handled():
         try:
             with Progress(len(units), "checks") as progress:
+                # Interrupted, ``ordered`` yields what had started (the checks in progress with their
+                # partial results, ``interrupted``), serially or with workers, then raises ``Stop``.
                 if workers == 1:
-                    produced = (
-                        run_check(c, target, device=d, database=database, on_example=progress.tick, **options)
-                        for c, d in units
+                    produced = ordered(
+                        lambda c, d: run_check(
+                            c, target, device=d, database=database, on_example=progress.tick, **options
+                        ),
+                        units,
+                        1,
                     )
                 else:
                     work = [(args.target, c.id, d, args.database, options) for c, d in units]
                     produced = ordered(_check_in_worker, work, min(workers, len(units)))
                 for check, _ in units:
-                    interrupts.check()
                     progress.start(check.id)
                     result = next(produced)
                     keep(result)
+                    if result.interrupted:  # stopped part-way: its findings are in the report below
+                        continue
                     progress.line(report.result_line(result, color=color))
-                    if args.fail_fast and _fails(result, known, args.strict):
+                    stopping = interrupts.requested() is not None  # a signal outranks --fail-fast
+                    if args.fail_fast and not stopping and _fails(result, known, args.strict):
                         raise _FailedFast
+                next(produced, None)  # the end, or the interruption after the last partial result
         except _FailedFast:
             print("\n--fail-fast: stopped after the first check that fails the run", flush=True)
-        except KeyboardInterrupt as stop:  # report what ran, and what the check in progress found
+        except KeyboardInterrupt:  # report what ran, and what the checks in progress found
             interrupted = True
-            if isinstance(stop, Interrupted):
-                keep(stop.result)
             print("\ninterrupted: reporting the checks that ran", flush=True)
+        finally:
+            if produced is not None:
+                produced.close()  # stops the workers
     tolerated = 0
     for result in results:
         for finding in result.findings:
@@ -424,7 +485,7 @@ def _nothing_ran(results) -> bool:
 def _atlas(args: argparse.Namespace) -> int:
     from mmharness import atlas, report
     from mmharness.baseline import BaselineError, read_json
-    from mmharness.matrix import Matrix
+    from mmharness.matrix import Matrix, NotAMatrix
 
     _writable("--output", args.output)
     try:
@@ -432,8 +493,10 @@ def _atlas(args: argparse.Namespace) -> int:
         notes = atlas.load_notes(args.notes) if args.notes else []
     except BaselineError as error:
         raise UsageError(str(error)) from None
-    except (KeyError, TypeError, AttributeError) as error:
-        raise UsageError(f"{args.matrix}: not written by `mmharness matrix --json` ({error})") from None
+    except NotAMatrix as error:
+        raise UsageError(
+            f"{args.matrix}: not a matrix report (`mmharness matrix --json` writes one): {error}"
+        ) from None
     except atlas.NotesError as error:
         raise UsageError(f"--notes {error}") from None
     text = atlas.render(matrix, notes, command=_command_line(args.argv))
@@ -554,7 +617,7 @@ def _replay(args: argparse.Namespace) -> int:
     work = [_saved_case(path, args.target, checks) for path in args.cases]  # every file read first
     results = []
     with Progress(len(work), "cases") as progress:
-        replayed = ordered(_replay_in_worker, work, min(workers, len(work)))
+        replayed = ordered(_replay_in_worker, [(*w, args.deadline) for w in work], min(workers, len(work)))
         for path, (spec, _, _, _) in zip(args.cases, work, strict=True):
             result = next(replayed)
             for finding in result.findings:
@@ -589,44 +652,53 @@ def _saved_case(path: str, target: str | None, checks: dict) -> tuple[str, str, 
     return target or document.provenance.get("target", "reference"), check_id, document.case, document.params
 
 
-def _replay_in_worker(spec: str, check_id: str, case: Case, params: dict):
+def _replay_in_worker(spec: str, check_id: str, case: Case, params: dict, deadline: float | None = None):
     from mmharness.checks import all_checks
     from mmharness.runner import replay
 
-    return replay(all_checks()[check_id], _loaded(spec), (case, params))
+    return replay(all_checks()[check_id], _loaded(spec), (case, params), deadline=deadline)
 
 
 def _matrix(args: argparse.Namespace) -> int:
     from mmharness import interrupts, report
+    from mmharness.deadline import SIGNATURE as DID_NOT_FINISH
     from mmharness.matrix import render, run_matrix
     from mmharness.progress import Progress
+    from mmharness.runner import deadline_for
 
     checks = _selected_checks(args.checks)
     _check_max_examples(args.max_examples)
     workers = _workers(args.workers)
+    _distinct({"--json": args.json, "--findings": args.findings})
+    _writable("--findings", args.findings, directory=True)
     _writable("--json", args.json)
 
     with interrupts.handled(), Progress(len(args.targets), "targets", stream=sys.stderr) as progress:
 
         def done(spec: str, cells: int | None) -> None:
-            progress.line(f"  {spec}: {'could not load' if cells is None else f'{cells} checks'}")
+            ran = f"{cells} checks" if cells == len(checks) else f"{cells} of {len(checks)} (interrupted)"
+            progress.line(f"  {spec}: {'could not load' if cells is None else ran}")
 
-        matrix = run_matrix(
-            args.targets,
-            checks,
-            args.profile,
-            max_examples=args.max_examples,
-            seed=args.seed,
-            workers=workers,
-            progress=done,
-            command=_command_line(args.argv),
-            findings=args.findings,
-        )
+        with _deadline_in_environment(args.deadline):  # run_matrix's workers read it there
+            matrix = run_matrix(
+                args.targets,
+                checks,
+                args.profile,
+                max_examples=args.max_examples,
+                seed=args.seed,
+                workers=workers,
+                progress=done,
+                command=_command_line(args.argv),
+                findings=args.findings,
+            )
     print(render(matrix, color=report.use_color(sys.stdout), strict=args.strict))
+    deadline = deadline_for(args.profile, "cpu", args.deadline)
     for (check_id, spec), cell in matrix.cells.items():
         for seen in cell.findings:
             if seen.saved:
-                print(f"{check_id} on {spec}: reproduce with: {report.replay_command(seen.saved, spec)}")
+                hung = seen.signature == DID_NOT_FINISH  # replayed with the deadline it did not finish in
+                again = report.replay_command(seen.saved, spec, deadline if hung else None)
+                print(f"{check_id} on {spec}: reproduce with: {again}")
     if args.json:
         report.write(args.json, json.dumps(matrix.as_json(strict=args.strict), indent=2) + "\n")
     if matrix.interrupted:
@@ -634,6 +706,23 @@ def _matrix(args: argparse.Namespace) -> int:
     if matrix.target_errors:
         return USAGE_ERROR
     return _exit_code([cell.status for cell in matrix.cells.values()], strict=args.strict)
+
+
+@contextmanager
+def _deadline_in_environment(seconds: float | None) -> Iterator[None]:
+    """``$MMHARNESS_DEADLINE`` set to ``seconds`` inside (when given), as it was after."""
+    from mmharness.runner import DEADLINE_ENV
+
+    saved = os.environ.get(DEADLINE_ENV)
+    if seconds is not None:
+        os.environ[DEADLINE_ENV] = repr(seconds)
+    try:
+        yield
+    finally:
+        if saved is None:
+            os.environ.pop(DEADLINE_ENV, None)
+        else:
+            os.environ[DEADLINE_ENV] = saved
 
 
 MAX_EXAMPLES = 1_000_000
@@ -652,15 +741,35 @@ def _seed_corpus(parser: str) -> Path:
     return Path(__file__).resolve().parent.parent / "corpus" / parser
 
 
-INTEGER_FLAGS = ("-atheris_runs=", "-runs=", "-max_len=", "-seed=", "-max_total_time=", "-timeout=", "-jobs=")
+INTEGER_FLAGS = (
+    "-atheris_runs=",
+    "-runs=",
+    "-max_len=",
+    "-seed=",
+    "-max_total_time=",
+    "-timeout=",
+    "-jobs=",
+    "-workers=",
+    "-fork=",
+    "-rss_limit_mb=",
+    "-malloc_limit_mb=",
+)
+"""libFuzzer's (and atheris's) integer flags: each takes 0 to ``INT_MAX``, checked before the run."""
+INT_MAX = 2**31 - 1
 
 
 def _check_libfuzzer_args(args: list[str]) -> None:
-    """libFuzzer's integer flags, checked here: atheris answers a bad one with a C++ traceback."""
+    """libFuzzer's integer flags, checked here: atheris answers a bad one with a C++ traceback, and
+    libFuzzer reads a negative one (or one past ``INT_MAX``, which wraps) as no bound at all."""
     for arg in args:
         flag = next((f for f in INTEGER_FLAGS if arg.startswith(f)), None)
-        if flag and not arg.removeprefix(flag).lstrip("-").isdigit():
+        if flag is None:
+            continue
+        value = arg.removeprefix(flag)
+        if not value.lstrip("-").isdigit():
             raise UsageError(f"{arg}: {flag[:-1]} takes an integer")
+        if not 0 <= int(value) <= INT_MAX:
+            raise UsageError(f"{arg}: {flag[:-1]} must be in [0, {INT_MAX}], got {value}")
 
 
 def _targets(args: argparse.Namespace) -> int:
@@ -711,18 +820,24 @@ def _fuzz(args: argparse.Namespace) -> int:
 
 
 def _run_fuzzer(args: argparse.Namespace) -> int:
+    """Every option checked, then the fuzzer in a child process (``mmharness.fuzz.supervised``): its
+    scratch directory, dictionary and temporary files are removed however libFuzzer ends it, and a
+    SIGINT or SIGTERM answers 130 or 143 (libFuzzer's own answer would be 72)."""
     import importlib
-    import tempfile
 
-    from mmharness.fuzz import Baseline, findings_dir
+    from mmharness.fuzz import Baseline, findings_dir, supervised
     from mmharness.targets.base import TargetError
 
     engine = args.parser != CASE_PARSER
-    _writable("--findings", str(findings_dir()), directory=True)
+    _writable("--findings" if args.findings else _findings_option([]), str(findings_dir()), directory=True)
     try:
         baseline = Baseline.load(args.baseline) if args.baseline else None
     except ValueError as error:
         raise UsageError(f"--baseline {error}") from None
+    seeds = args.corpus or str(_seed_corpus(args.parser))
+    if args.corpus and not Path(seeds).is_dir():
+        raise UsageError(f"--corpus {seeds}: not a directory")
+    _check_libfuzzer_args(args.passthrough)
     module = importlib.import_module(FUZZ_PARSERS[args.parser])
     target = args.target or (module.DEFAULT_TARGET if engine else None)
     if args.describe:
@@ -737,35 +852,37 @@ def _run_fuzzer(args: argparse.Namespace) -> int:
         import atheris  # noqa: F401
     except ImportError:
         raise UsageError("fuzzing needs atheris: pip install 'mmharness[fuzz]'") from None
-    seeds = args.corpus or str(_seed_corpus(args.parser))
-    if args.corpus and not Path(seeds).is_dir():
-        raise UsageError(f"--corpus {seeds}: not a directory")
-    _check_libfuzzer_args(args.passthrough)
-    scratch = tempfile.mkdtemp(prefix=f"mmharness-{args.parser}-")
-    atexit.register(shutil.rmtree, scratch, ignore_errors=True)  # atheris ends the process itself
     replaying = any(not arg.startswith("-") and Path(arg).is_file() for arg in args.passthrough)
-    dirs = [] if replaying else [scratch, *([seeds] if Path(seeds).is_dir() else [])]
     libfuzzer = list(args.passthrough)
     if not any(arg.startswith("-artifact_prefix=") for arg in libfuzzer):
         findings_dir().mkdir(parents=True, exist_ok=True)
         libfuzzer.insert(0, f"-artifact_prefix={findings_dir()}{os.sep}")
-    argv = [f"mmharness-fuzz-{args.parser}", *libfuzzer, *dirs]
-    if not engine:
-        module.main(argv, baseline=baseline)
-        return 0
-    try:
-        module.main(
-            argv,
-            parser=args.parser,
-            target=target,
-            baseline=baseline,
-            strict=args.strict,
-            scratch=Path(scratch),
-        )
-    except TargetError as error:
-        raise UsageError(str(error)) from None
-    return 0
 
+    def fuzz(scratch: Path) -> int:
+        """In the child: new inputs go to ``scratch/corpus`` (libFuzzer writes into the first corpus
+        dir, so the seeds stay clean); an engine parser writes its dictionary into ``scratch``."""
+        corpus = scratch / "corpus"
+        corpus.mkdir()
+        dirs = [] if replaying else [str(corpus), *([seeds] if Path(seeds).is_dir() else [])]
+        argv = [f"mmharness-fuzz-{args.parser}", *libfuzzer, *dirs]
+        try:
+            if not engine:
+                module.main(argv, baseline=baseline)
+            else:
+                module.main(
+                    argv,
+                    parser=args.parser,
+                    target=target,
+                    baseline=baseline,
+                    strict=args.strict,
+                    scratch=scratch,
+                )
+        except TargetError as error:
+            print(f"mmharness: error: {error}", file=sys.stderr)
+            return USAGE_ERROR
+        return PASSED_EXIT
+
+    return supervised(f"mmharness-{args.parser}-", fuzz)
 
 if __name__ == "__main__":
     raise SystemExit(main())

@@ -79,18 +79,12 @@ def pytest_configure(config: pytest.Config) -> None:
 
 def _checks(config: pytest.Config) -> list:
     """The checks ``--mm-checks`` names (all without the option), as the CLI's ``--checks`` reads them."""
-    from mmharness.checks import select
+    from mmharness.checks import SelectionError, selected
 
-    groups = config.getoption("--mm-checks")
-    ids = [part.strip() for group in groups or [] for part in group.split(",") if part.strip()]
-    if groups is not None and not ids:
-        raise pytest.UsageError("--mm-checks names no check; `mmharness checks` lists them")
     try:
-        return select(ids or None)
-    except KeyError as error:
-        raise pytest.UsageError(
-            f"--mm-checks: unknown check {error.args[0]!r}; `mmharness checks` lists them"
-        ) from None
+        return selected(config.getoption("--mm-checks"), "--mm-checks")
+    except SelectionError as error:
+        raise pytest.UsageError(str(error)) from None
 
 
 def _findings(config: pytest.Config) -> tuple[str | None, Path]:

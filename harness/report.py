@@ -10,13 +10,16 @@ from __future__ import annotations
 
 import hashlib
 import os
+import secrets
 import shlex
+import stat
 import tempfile
 from pathlib import Path
 from typing import TextIO
 from xml.etree import ElementTree
 
 from mmharness.checks.outcome import COULD_NOT_TEST, DIVERGENCE, HAZARD
+from mmharness.deadline import SIGNATURE as DID_NOT_FINISH
 from mmharness.runner import PASSED, SKIPPED, Finding, Result, fails_run
 
 _COLORS = {PASSED: "32", DIVERGENCE: "31", HAZARD: "33", COULD_NOT_TEST: "35", SKIPPED: "2"}
@@ -53,8 +56,10 @@ def result_line(result: Result, *, color: bool = False) -> str:
     return f"{label} {check.id} ({check.rule}){device}  {detail}"
 
 
-def replay_command(path: str, target_spec: str) -> str:
-    return f"mmharness replay {shlex.quote(path)} --target {shlex.quote(target_spec)}"
+def replay_command(path: str, target_spec: str, deadline: float | None = None) -> str:
+    """The command replaying a saved case (with ``deadline``: the one a case that did not finish had)."""
+    command = f"mmharness replay {shlex.quote(path)} --target {shlex.quote(target_spec)}"
+    return command + (f" --deadline {deadline:g}" if deadline else "")
 
 
 def save(result: Result, finding: Finding, target_spec: str, directory: Path) -> str:
@@ -71,9 +76,8 @@ def save(result: Result, finding: Finding, target_spec: str, directory: Path) ->
         note=f"{finding.kind}: {finding.failure.message}",
     )
     digest = hashlib.sha1(text.encode()).hexdigest()[:10]
-    directory.mkdir(parents=True, exist_ok=True)
     path = directory / f"{result.check.id}-{digest}.json"
-    path.write_text(text)
+    write(str(path), text)
     return str(path)
 
 
@@ -107,12 +111,14 @@ def finding_details(result: Result, finding: Finding, target_spec: str) -> str:
     if finding.example:
         case, params = finding.example
         shown = "shrunk case" if finding.shrunk else "case as first seen (interrupted before shrinking)"
+        shown = finding.unshrunk or shown  # the search stopped for cases that hit the deadline
         lines.append(f"    {shown}:")
         lines += ("      " + line for line in payload.dumps(case, params=params).splitlines())
     if finding.saved:
+        deadline = result.deadline if finding.signature == DID_NOT_FINISH else None
         lines += [
             f"    saved to: {finding.saved}",
-            f"    reproduce with: {replay_command(finding.saved, target_spec)}",
+            f"    reproduce with: {replay_command(finding.saved, target_spec, deadline)}",
         ]
     return "\n".join(lines)
 
@@ -234,9 +240,36 @@ def writable(path: str, *, directory: bool = False) -> str | None:
 
 
 def write(path: str, text: str) -> None:
-    """Write ``text`` to ``path`` atomically: a reader never sees half a report."""
+    """Write ``text`` to ``path`` atomically: a reader never sees half a report.
+
+    The text goes to a temporary file beside ``path`` that then replaces it. A new
+    file gets the mode any other would (``0o666`` less the umask), an existing
+    one keeps its own: the temporary file is not left private (``0o600``).
+    """
     target = Path(path)
     target.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.NamedTemporaryFile("w", dir=target.parent, prefix=f".{target.name}.", delete=False) as out:
-        out.write(text)
-    os.replace(out.name, target)
+    try:
+        kept = stat.S_IMODE(os.stat(target).st_mode)
+    except FileNotFoundError:
+        kept = None
+    temporary, descriptor = _temporary_beside(target)
+    try:
+        with os.fdopen(descriptor, "w", encoding="utf-8") as out:
+            out.write(text)
+        if kept is not None:
+            os.chmod(temporary, kept)
+        os.replace(temporary, target)
+    except BaseException:
+        temporary.unlink(missing_ok=True)
+        raise
+
+
+def _temporary_beside(target: Path) -> tuple[Path, int]:
+    """A new file next to ``target``, created ``0o666`` so that the umask (and a default ACL) applies."""
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0)
+    while True:
+        temporary = target.parent / f".{target.name}.{secrets.token_hex(6)}"
+        try:
+            return temporary, os.open(temporary, flags, 0o666)
+        except FileExistsError:
+            continue

@@ -13,11 +13,19 @@ seed with the rest of the example budget, and the signatures already found
 count as passing, so the budget goes to finding the next one. Every check
 draws its own sequence of cases (its seed is derived from its id), so checks
 that share a strategy do not test the same cases.
+
+Every case runs under a deadline (``mmharness.deadline``; the profile's, 10 s
+on CPU, or ``--deadline``): one still running then is the divergence "did not
+finish in N s", shrunk like any other. Each run that hits the deadline costs
+the whole deadline, so a check stops searching (and shrinking) once such runs
+add up to ``HUNG_SECONDS``, keeping the smallest case that hit it.
 """
 
 from __future__ import annotations
 
 import hashlib
+import math
+import os
 from collections.abc import Callable, Collection, Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -31,20 +39,30 @@ from mmharness.checks.outcome import (
     could_not_test,
     raised,
     template,
+    unfinished,
 )
 from mmharness.checks.registry import Check, Example
-from mmharness.targets.base import Target, gap_in
+from mmharness.deadline import SIGNATURE as DID_NOT_FINISH
+from mmharness.deadline import Unfinished, limit
+from mmharness.targets.base import HarnessGap, Target, gap_in
 
 PASSED, SKIPPED = "passed", "skipped"
 SEVERITY = (DIVERGENCE, COULD_NOT_TEST, HAZARD)
 """Finding kinds, worst first: a check's status is its worst finding's kind."""
 
 PROFILES: dict[str, dict[str, Any]] = {
-    "ci": {"max_examples": 100, "derandomize": True},
-    "dev": {"max_examples": 300, "derandomize": False},
-    "deep": {"max_examples": 3000, "derandomize": False},
+    "ci": {"max_examples": 100, "derandomize": True, "deadline": 10.0},
+    "dev": {"max_examples": 300, "derandomize": False, "deadline": 10.0},
+    "deep": {"max_examples": 3000, "derandomize": False, "deadline": 10.0},
 }
-"""``derandomize``: the same cases on every run (the seed comes from the check id alone)."""
+"""``derandomize``: the same cases on every run (the seed comes from the check id alone). ``deadline``:
+seconds one case may run on CPU (cases take milliseconds; the margin is for a loaded machine)."""
+CUDA_DEADLINE = 60.0
+"""The least deadline on CUDA: a process's first CUDA call initialises the device."""
+DEADLINE_ENV = "MMHARNESS_DEADLINE"
+"""Seconds, overriding the profile's deadline where no ``--deadline`` is given (0: none)."""
+HUNG_SECONDS = 30.0
+"""A check stops searching once its runs that hit the deadline add up to this (at least two runs)."""
 MAX_FINDINGS = 8
 """Distinct signatures one check reports at most (each costs a shrink)."""
 
@@ -62,6 +80,9 @@ class Finding:
     saved: str | None = None
     shrunk: bool = True
     """False for a finding kept as first seen, because the run was interrupted while shrinking."""
+    unshrunk: str = ""
+    """With ``shrunk`` False, what the report says of the case instead of "interrupted" (the search
+    stopped because runs kept hitting the deadline)."""
 
 
 @dataclass
@@ -76,6 +97,8 @@ class Result:
     interrupted: bool = False
     cases_run: int = 0
     """Cases checked: the examples drawn, and for a check that sweeps, their other windows."""
+    deadline: float | None = None
+    """Seconds each case could run (``None``: no limit): a replay of a did-not-finish case uses it too."""
 
     @property
     def failure(self) -> Failure | None:
@@ -108,20 +131,49 @@ def cases_of(check: Check, example: Example) -> Iterator[Example]:
             yield moved, params
 
 
-def run_swept(check: Check, target: Target, example: Example, known: Collection[str] = ()) -> int:
+def deadline_for(profile: str = "ci", device: str = "cpu", deadline: float | None = None) -> float | None:
+    """Seconds a case may run: ``deadline`` if given, else ``$MMHARNESS_DEADLINE``, else the profile's
+    (at least ``CUDA_DEADLINE`` on CUDA); ``None`` when that is 0 (no limit)."""
+    if deadline is None:
+        deadline = _deadline_from_env()
+    if deadline is None:
+        deadline = PROFILES[profile]["deadline"]
+        if device == "cuda":
+            deadline = max(deadline, CUDA_DEADLINE)
+    return deadline if deadline > 0 and math.isfinite(deadline) else None
+
+
+def _deadline_from_env() -> float | None:
+    text = os.environ.get(DEADLINE_ENV, "").strip()
+    if not text:
+        return None
+    try:
+        return float(text)
+    except ValueError:
+        raise ValueError(f"${DEADLINE_ENV} must be a number of seconds, got {text!r}") from None
+
+
+def run_swept(
+    check: Check,
+    target: Target,
+    example: Example,
+    known: Collection[str] = (),
+    deadline: float | None = None,
+) -> int:
     """Run every case of a drawn example; how many ran. A ``Failure`` carries the case that failed
     as ``failure.example``, so the layout is shrunk but one window is saved and replayed.
 
     A failure whose signature is ``known`` (found already) does not stop the
-    sweep: the other windows may fail in a new way.
+    sweep: the other windows may fail in a new way. A case that did not finish
+    does, known or not: each costs the whole deadline.
     """
     ran = 0
     for one in cases_of(check, example):
         ran += 1
         try:
-            run_example(check, target, one)
+            run_example(check, target, one, deadline)
         except Failure as failure:
-            if failure.signature in known:
+            if failure.signature in known and failure.signature != DID_NOT_FINISH:
                 continue
             failure.example = one
             failure.cases = ran
@@ -129,15 +181,20 @@ def run_swept(check: Check, target: Target, example: Example, known: Collection[
     return ran
 
 
-def run_example(check: Check, target: Target, example: Example) -> None:
+def run_example(check: Check, target: Target, example: Example, deadline: float | None = None) -> None:
     """Run one example; anything other than a ``Failure`` escaping the property becomes one.
 
     An error escaping the property itself (not the target's, which ``observe``
-    captures) is the harness's or the adapter's: *could not test*.
+    captures) is the harness's or the adapter's: *could not test*. A case still
+    running after ``deadline`` seconds, or whose engine a target found stuck,
+    did not finish: a divergence.
     """
     case, params = example
     try:
-        check.property(target, case, params)
+        with limit(deadline):
+            check.property(target, case, params)
+    except Unfinished as error:
+        raise unfinished(error) from None
     except Failure:
         raise
     except Exception as error:
@@ -173,16 +230,19 @@ def run_check(
     seed: int | None = None,
     database: Any = None,
     on_example: Callable[[int], None] | None = None,
+    deadline: float | None = None,
 ) -> Result:
     """Run one check until its example budget is spent, keeping every distinct failure (shrunk).
 
     ``database`` (an ``ExampleDatabase``) keeps failing examples between runs; the
     check, target and device key them (``mmharness.database``). ``on_example`` is
-    told how many examples have run so far (a progress display).
+    told how many examples have run so far (a progress display). ``deadline``:
+    seconds each case may run (default: ``deadline_for`` the profile; 0: no limit).
     """
-    reason = skip_reason(check, target, device)
-    if reason:
-        return Result(check, SKIPPED, device, reason=reason)
+    seconds = deadline_for(profile, device, deadline)
+    unrunnable = not_run(check, target, device)
+    if unrunnable is not None:
+        return unrunnable
     options = PROFILES[profile]
     budget = max_examples if max_examples is not None else options["max_examples"]
     fixed = seed is not None or options["derandomize"]
@@ -192,7 +252,7 @@ def run_check(
         database = KeyedDatabase(database, check.id, target.name, device)
     else:
         database = None  # a fixed seed means the same run every time: no history replayed
-    search = _Search(check, target, device, budget, database, on_example)
+    search = _Search(check, target, device, budget, database, on_example, seconds)
     round_seed = check_seed(check, seed) if fixed else None
     try:
         while search.spent < budget and len(search.findings) < MAX_FINDINGS:
@@ -224,6 +284,10 @@ class _Found(Exception):
 _FOUND_TYPES: dict[str, type[_Found]] = {}
 
 
+class _Hung(BaseException):
+    """Raised through Hypothesis when a check's runs that hit the deadline add up to ``HUNG_SECONDS``."""
+
+
 def _found_type(signature: str) -> type[_Found]:
     if signature not in _FOUND_TYPES:
         _FOUND_TYPES[signature] = type("Found", (_Found,), {"signature": signature})
@@ -240,9 +304,19 @@ class _Search:
     budget: int
     database: Any = None
     on_example: Callable[[int], None] | None = None
+    deadline: float | None = None
     spent: int = 0
     cases: int = 0
     findings: dict[str, Finding] = field(default_factory=dict)
+    hung: int = 0
+    """Runs that hit the deadline, in every round."""
+    smallest_hung: Failure | None = None
+    """Of those, the one with the smallest case (what is kept when the search stops for them)."""
+
+    @property
+    def most_hung(self) -> int:
+        """How many runs may hit the deadline before the check stops searching."""
+        return max(2, math.ceil(HUNG_SECONDS / self.deadline)) if self.deadline else 0
 
     def result(self, *, interrupted: bool = False) -> Result:
         findings = sorted(
@@ -257,6 +331,7 @@ class _Search:
             examples_run=min(self.spent, self.budget),
             interrupted=interrupted,
             cases_run=self.cases,
+            deadline=self.deadline,
         )
 
     def round(self, round_seed: int | None) -> bool:
@@ -292,25 +367,31 @@ class _Search:
                 self.on_example(self.spent + calls)
             failure = None
             try:
-                self.cases += run_swept(self.check, self.target, example, known)
+                self.cases += run_swept(self.check, self.target, example, known, self.deadline)
             except Failure as caught:
                 failure = caught
                 self.cases += caught.cases
             if failure is None:
                 return
+            if failure.signature in known:  # only a case that did not finish comes back known
+                self._hung(failure)
+                return
             first_seen.setdefault(failure.signature, calls)
             first_example.setdefault(failure.signature, (failure, failure.example))
+            if failure.signature == DID_NOT_FINISH:
+                self._hung(failure)
             # raised outside the except: no context
             raise _found_type(failure.signature)(failure, failure.example)
 
         try:
             (prop if round_seed is None else fixed_seed(round_seed)(prop))()
         except KeyboardInterrupt:  # keep what this round saw, as first seen
-            for signature, (failure, example) in first_example.items():
-                at = self.spent + min(first_seen[signature], self.budget - self.spent)
-                finding = Finding(failure.kind, signature, failure, example, at, shrunk=False)
-                self.findings.setdefault(signature, finding)
+            self._keep_first_seen(first_example, first_seen)
             raise
+        except _Hung:  # the runs that hit the deadline cost too much: keep what this round saw
+            self._keep_first_seen(first_example, first_seen, hung=True)
+            self.spent = self.budget
+            return False
         except _Found as found:
             self._keep([found], first_seen)
         except Exception as error:  # several findings (a group), or Hypothesis gave up
@@ -325,6 +406,41 @@ class _Search:
             self.spent = self.budget
             return False
         return True
+
+    def _hung(self, failure: Failure) -> None:
+        """Count a run that hit the deadline, keep the smallest case, and stop the search at the limit."""
+        if failure.signature != DID_NOT_FINISH:
+            return
+        from mmharness import payload
+
+        def size(one: Failure) -> int:
+            case, params = one.example
+            return len(payload.dumps(case, params=params))
+
+        self.hung += 1
+        if self.smallest_hung is None or size(failure) < size(self.smallest_hung):
+            self.smallest_hung = failure
+        if self.hung >= self.most_hung:
+            raise _Hung
+
+    def _keep_first_seen(
+        self,
+        first_example: dict[str, tuple[Failure, Example]],
+        first_seen: dict[str, int],
+        *,
+        hung: bool = False,
+    ) -> None:
+        """Keep the round's findings as first seen (unshrunk): it was interrupted, or, with ``hung``,
+        stopped by the runs that hit the deadline (the smallest of those is kept for its signature)."""
+        stopped = f"after {self.hung} runs hit the {self.deadline:g} s deadline" if hung else ""
+        for signature, (failure, example) in first_example.items():
+            at = self.spent + min(first_seen[signature], self.budget - self.spent)
+            note = f"case as first seen (the search stopped {stopped})" if hung else ""
+            if hung and signature == DID_NOT_FINISH and self.smallest_hung is not None:
+                failure, example = self.smallest_hung, self.smallest_hung.example
+                note = f"case partly shrunk (shrinking stopped {stopped})"
+            finding = Finding(failure.kind, signature, failure, example, at, shrunk=False, unshrunk=note)
+            self.findings.setdefault(signature, finding)
 
     def _keep(self, found: list[_Found], first_seen: dict[str, int]) -> None:
         """Record the round's findings; a signature first met while shrinking another counts as late
@@ -358,6 +474,20 @@ class _Search:
         self.spent = self.budget
 
 
+def not_run(check: Check, target: Target, device: str) -> Result | None:
+    """The result of a check the target cannot run: *could not test* where a file holding what it
+    needs did not load (``Target.unloaded``: a broken file is no missing feature), else a skip."""
+    broken = getattr(target, "unloaded", {})
+    unloaded = sorted(check.needs & broken.keys())
+    if unloaded:
+        gap = HarnessGap("; ".join(f"{name}: {broken[name]}" for name in unloaded), what=broken[unloaded[0]])
+        failure = could_not_test(gap)
+        finding = Finding(failure.kind, failure.signature, failure, None, None)
+        return Result(check, COULD_NOT_TEST, device, reason=failure.message, findings=[finding])
+    reason = skip_reason(check, target, device)
+    return None if reason is None else Result(check, SKIPPED, device, reason=reason)
+
+
 def skip_reason(check: Check, target: Target, device: str) -> str | None:
     """Why the check cannot run here (a missing capability, no CUDA), or ``None``."""
     missing = sorted(check.needs - target.capabilities)
@@ -370,18 +500,19 @@ def skip_reason(check: Check, target: Target, device: str) -> str | None:
     return None
 
 
-def replay(check: Check, target: Target, example: Example) -> Result:
-    """Run one saved example once, as ``mmharness replay`` does."""
+def replay(check: Check, target: Target, example: Example, *, deadline: float | None = None) -> Result:
+    """Run one saved example once, as ``mmharness replay`` does (``deadline`` as in ``run_check``)."""
     device = "cuda" if "cuda" in example[0].devices else "cpu"
-    reason = skip_reason(check, target, device)
-    if reason:
-        return Result(check, SKIPPED, device, reason=reason)
+    seconds = deadline_for("ci", device, deadline)
+    unrunnable = not_run(check, target, device)
+    if unrunnable is not None:
+        return unrunnable
     try:
-        run_example(check, target, example)
+        run_example(check, target, example, seconds)
     except Failure as failure:
         finding = Finding(failure.kind, failure.signature, failure, example, 1)
-        return Result(check, failure.kind, device, failure.message, [finding], 1)
-    return Result(check, PASSED, device, examples_run=1)
+        return Result(check, failure.kind, device, failure.message, [finding], 1, deadline=seconds)
+    return Result(check, PASSED, device, examples_run=1, deadline=seconds)
 
 
 def fails_run(status: str, *, strict: bool = False) -> bool:

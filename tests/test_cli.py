@@ -196,7 +196,11 @@ def test_matrix_json_becomes_an_atlas(capsys, tmp_path):
     assert "### Not yet explained: MM tokens in extend" in text
     (tmp_path / "not-a-matrix.json").write_text("[1, 2]")
     code, _, err = run(capsys, "atlas", str(tmp_path / "not-a-matrix.json"))
-    assert code == 2 and "not written by `mmharness matrix --json`" in err
+    assert code == 2 and err.count("\n") == 1 and "attribute" not in err
+    assert f"{tmp_path / 'not-a-matrix.json'}: not a matrix report" in err and "a JSON array" in err
+    (tmp_path / "report.json").write_text('{"format": "mmharness.report/2", "results": []}')
+    code, _, err = run(capsys, "atlas", str(tmp_path / "report.json"))
+    assert code == 2 and "not a matrix report" in err and "'mmharness.report/2'" in err
 
 
 def test_a_failing_program_is_saved_with_its_steps_and_replays(capsys, tmp_path):
@@ -224,6 +228,10 @@ def test_a_failing_program_is_saved_with_its_steps_and_replays(capsys, tmp_path)
         (["check", "--checks", "R4", "--junit", "/proc/x"], "--junit /proc/x: cannot write there"),
         (["check", "--checks", "R4", "--json", "/dev/full"], "--json /dev/full: not a regular file"),
         (["matrix", "--target", "reference", "--json", "/proc/x"], "--json /proc/x: cannot write there"),
+        (
+            ["matrix", "--target", "reference", "--checks", "count", "--findings", "/proc/x"],
+            "--findings /proc/x: cannot write there",
+        ),
         (["fuzz", "case-parser", "--findings", "/proc/x"], "--findings /proc/x: cannot write there"),
         (["check", "--baseline", "/dev/zero"], "--baseline /dev/zero: a baseline larger than 16 MiB"),
         (["fuzz", "case-parser", "--baseline", "/dev/zero"], "a fuzz baseline larger than 16 MiB"),
@@ -233,6 +241,33 @@ def test_outputs_and_inputs_are_refused_before_the_run(capsys, argv, words):
     code, out, err = run(capsys, *argv)
     assert code == 2 and words in err and err.count("\n") == 1
     assert "PASS" not in out, "refused before any check ran"
+
+
+def test_one_file_for_two_outputs_is_a_usage_error(capsys, tmp_path):
+    same, spelled_otherwise = tmp_path / "out", f"{tmp_path}/./out"
+    args = ["check", "--checks", "count", "--findings", str(tmp_path / "f")]
+    code, out, err = run(capsys, *args, "--json", str(same), "--junit", spelled_otherwise)
+    assert code == 2 and err.count("\n") == 1 and "PASS" not in out
+    assert f"--json and --junit name the same file {spelled_otherwise}" in err
+    code, _, err = run(capsys, *args[:3], "--findings", str(same), "--write-baseline", str(same))
+    assert code == 2 and "--findings and --write-baseline name the same file" in err
+    matrix = ["matrix", "--target", "reference", "--checks", "count"]
+    code, _, err = run(capsys, *matrix, "--json", str(same), "--findings", str(same))
+    assert code == 2 and "--json and --findings name the same file" in err
+
+
+def test_a_findings_directory_from_the_environment_is_named_as_such(capsys, monkeypatch):
+    monkeypatch.setenv("MMHARNESS_FINDINGS", "/proc/x")
+    code, out, err = run(capsys, "check", "--checks", "count")
+    assert code == 2 and err.count("\n") == 1 and "PASS" not in out
+    assert err.startswith("mmharness: error: $MMHARNESS_FINDINGS /proc/x: cannot write there")
+    for given in (["--findings", "/proc/y"], ["--findings=/proc/y"], ["--find", "/proc/y"]):
+        code, _, err = run(capsys, "check", "--checks", "count", *given)
+        assert code == 2 and err.startswith("mmharness: error: --findings /proc/y: cannot write there")
+    code, _, err = run(capsys, "fuzz", "case-parser")
+    assert code == 2 and err.startswith("mmharness: error: $MMHARNESS_FINDINGS /proc/x: cannot write there")
+    code, _, err = run(capsys, "fuzz", "case-parser", "--findings", "/proc/y")
+    assert code == 2 and err.startswith("mmharness: error: --findings /proc/y: cannot write there")
 
 
 def test_a_deeply_nested_baseline_is_a_usage_error(capsys, tmp_path):

@@ -236,6 +236,27 @@ def test_a_file_that_fails_to_load_is_reported_not_fatal(synthetic):
     assert base.ONE_GRID not in target.capabilities
 
 
+def test_a_file_that_fails_to_load_is_could_not_test_never_a_missing_feature(synthetic, tmp_path):
+    """A damaged or unrunnable file must not read as "the release lacks this": its checks cannot pass."""
+    from mmharness.cli import main
+
+    target = from_path(str(synthetic))
+    assert list(target.unloaded) == [base.ONE_GRID]
+    assert "kimi_k3 (RuntimeError: boom" in target.unloaded[base.ONE_GRID]
+    one_grid = [c for c in CHECKS.values() if base.ONE_GRID in c.needs]
+    assert one_grid
+    for check in one_grid:
+        result = run_check(check, target, max_examples=2)
+        assert result.status == COULD_NOT_TEST, result.reason
+        assert "kimi_k3" in result.reason and "did not load" in result.reason
+        assert replay(check, target, (Case(requests=()), {})).status == COULD_NOT_TEST
+    # A check whose files loaded is unaffected; the CLI says could not test (exit 3), not "passed".
+    assert run_check(CHECKS["count.matches_reference"], target, max_examples=5).status == PASSED
+    ids = ",".join(c.id for c in one_grid)
+    findings = str(tmp_path / "f")
+    assert main(["check", "--target", str(synthetic), "--checks", ids, "--findings", findings]) == 3
+
+
 @pytest.mark.parametrize("layout", ["site", "fork_root", "fork_python", "package"])
 def test_layouts(tmp_path, layout):
     package = {
@@ -657,3 +678,24 @@ def test_a_download_killed_midway_is_cleaned_up_later(tmp_path, monkeypatch):
     os.utime(abandoned, (old, old))
     releases._remove_abandoned(target)
     assert not abandoned.exists() and fresh.exists(), "a download in progress elsewhere is left alone"
+
+
+def test_a_damaged_cached_release_is_refused_not_loaded(tmp_path, monkeypatch):
+    """Half a rules file still parses: loaded, it would read as a release lacking its functions."""
+    import zipfile
+
+    monkeypatch.setenv("MMHARNESS_CACHE", str(tmp_path / "cache"))
+    rules = "sglang/srt/managers/mm_utils.py"
+    wheel = tmp_path / "sglang-9.9.9-py3-none-any.whl"
+    with zipfile.ZipFile(wheel, "w") as archive:
+        archive.writestr(rules, "def one():\n    return 1\n\n\ndef two():\n    return 2\n")
+        archive.writestr("sglang-9.9.9.dist-info/METADATA", "Name: sglang\nVersion: 9.9.9\n")
+    target = releases.release_dir("sglang", "9.9.9")
+    releases._unpack(wheel, target, "sglang", "9.9.9", (rules,))
+    assert releases.fetch("sglang", "9.9.9", (rules,), example="0.5.23") == target  # intact: no download
+    damaged = target / rules
+    damaged.write_text(damaged.read_text()[:24])
+    with pytest.raises(TargetError) as error:
+        releases.fetch("sglang", "9.9.9", (rules,), example="0.5.23")
+    assert f"sglang==9.9.9 is damaged ({rules} differs" in _one_line(error)
+    assert str(target) in _one_line(error)

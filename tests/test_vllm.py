@@ -81,6 +81,114 @@ def test_a_stand_in_runs_the_engine_class_methods_and_names_state_it_lacks():
     assert raised.value.what == "Engine.missing"
 
 
+# The step loop on stand-ins of vLLM's classes (offline) ----------------------------------
+
+STUCK = "vLLM's scheduler scheduled no token of any unfinished request"
+AT_CAP = "the windows are still unfinished at the cap on scheduler steps"
+
+
+@dataclass(frozen=True)
+class Feature:
+    """The fields of vLLM's ``MultiModalFeatureSpec`` the driver fills."""
+
+    data: Any
+    modality: str
+    identifier: str
+    mm_position: Any
+    mm_hash: str
+
+
+class Manager:
+    """An encoder cache manager that holds nothing: every step's inputs are encoded afresh."""
+
+    def __init__(self, cache_size: int) -> None:
+        self.cache_size = self.num_free_slots = self.num_freeable_slots = cache_size
+
+    def free(self, request: Any) -> None:
+        pass
+
+    def get_freed_mm_hashes(self) -> list[str]:
+        return []
+
+
+class Runner:
+    """A V1 gather that serves no rows (the step loop is under test, not the rows)."""
+
+    def _gather_mm_embeddings(self, output: Any, shift_computed_tokens: int = 0) -> tuple[list, Any]:
+        import torch
+
+        return [], torch.zeros(output.total_num_scheduled_tokens, dtype=torch.bool)
+
+
+def two_requests():
+    from mmharness.model import Case, Item, Request
+
+    def one(hash_: int) -> Request:
+        return Request(seq_len=8, prefix_len=0, extend_len=8, items=(Item(spans=((2, 4),), hash=hash_),))
+
+    return Case(requests=(one(1), one(2)))
+
+
+def drive(answer: Any) -> Any:
+    """One call of the step driver, vLLM's scheduler scheduling ``answer(scheduler, request, tokens)``
+    tokens of a request; a hang fails the test instead of stopping it."""
+    from mmharness.deadline import limit
+    from mmharness.targets.base import Encoder
+
+    class Scheduler:
+        def _try_schedule_encoder_inputs(self, request, computed, tokens, budget, shift_computed_tokens=0):
+            return [], answer(self, request, tokens), budget, [], []
+
+        def _free_encoder_inputs(self, request: Any) -> None:
+            pass
+
+    modules = driver.Modules(Range, Feature, object, Manager, Scheduler, Runner, None, None, True)
+    case = two_requests()
+    with limit(20):
+        return driver.Driver(modules).run(case, Encoder(case), driver.EncoderCache(1 << 20), "v1")
+
+
+def test_a_step_after_a_rejection_that_advances_nothing_is_no_progress_not_a_hang():
+    from mmharness.deadline import NoProgress
+
+    def answer(scheduler, request, new_tokens):  # request 0 rejected; request 1 never scheduled
+        if request.request_id.endswith("-0"):
+            scheduler.encoder_cache_mismatch_reqs.add(request.request_id)
+        return 0
+
+    with pytest.raises(NoProgress) as stuck:
+        drive(answer)
+    assert stuck.value.signature == f"no progress: {STUCK}"
+    assert "in step 2 for 1 unfinished request" in stuck.value.message
+    assert stuck.value.actual == "request 1 at position 0 of its window's end 8"
+
+
+def test_a_rejected_request_leaves_the_batch_and_the_others_finish():
+    def answer(scheduler, request, new_tokens):
+        if request.request_id.endswith("-0"):
+            scheduler.encoder_cache_mismatch_reqs.add(request.request_id)
+            return 0
+        return min(new_tokens, 3)
+
+    with pytest.raises(ValueError, match="vLLM rejected request 0"):  # the clear refusal the checks accept
+        drive(answer)
+
+
+def test_steps_past_the_cap_are_no_progress():
+    from mmharness.deadline import NoProgress
+
+    def answer(scheduler, request, new_tokens):  # each step undoes the last: always moving, never done
+        request.num_computed_tokens = 0
+        return 1
+
+    with pytest.raises(NoProgress) as stuck:
+        drive(answer)
+    assert stuck.value.signature == f"no progress: {AT_CAP}"
+    assert "after 136 scheduler steps, the cap for this case (4 x (16 window tokens + 2 requests) + 64)" in (
+        stuck.value.message
+    )
+
+
 def test_paths_default_first():
     class Plain:
         capabilities = frozenset({PREFILL})
@@ -268,6 +376,54 @@ def test_each_check_fails_on_a_seeded_bug(release_dir, tmp_path, edits, check_id
     assert result.status == status, [f.signature for f in result.findings]
 
 
+# Bugs that stop a release from finishing: (what, file, original text, seeded bug, signature).
+SEEDED_STUCK = [
+    (
+        "scheduler: no token of a request with an item is ever scheduled",
+        "v1/core/sched/scheduler.py",
+        "        return (\n            encoder_inputs_to_schedule,\n            num_new_tokens,\n",
+        "        return (\n            encoder_inputs_to_schedule,\n            0,\n",
+        f"no progress: {STUCK}",
+    ),
+    (
+        "cache manager: a lookup of an item not cached never returns",
+        "v1/core/encoder_cache_manager.py",
+        "        # Not cached at all\n        if mm_hash not in self.cached:\n",
+        "        # Not cached at all\n        while mm_hash not in self.cached:\n            pass\n"
+        "        if mm_hash not in self.cached:\n",
+        "did not finish in N s",
+    ),
+]
+
+
+@pytest.mark.network
+@pytest.mark.parametrize(
+    ("file", "original", "bug", "signature"), [pytest.param(*row[1:], id=row[0]) for row in SEEDED_STUCK]
+)
+def test_a_release_that_cannot_finish_gives_its_verdict_not_a_hang(
+    release_dir, tmp_path, monkeypatch, file, original, bug, signature
+):
+    import time
+
+    from mmharness import runner
+    from mmharness.engines.vllm import adapter
+
+    copy = tmp_path / "release"
+    shutil.copytree(release_dir, copy)
+    path = copy / "vllm" / file
+    source = path.read_text()
+    assert source.count(original) == 1, f"{file} no longer holds the text this bug is seeded into"
+    path.write_text(source.replace(original, bug))
+    mutant = adapter.from_path(str(copy), name="seeded", release=RELEASE)
+    monkeypatch.setattr(runner, "HUNG_SECONDS", 3.0)  # runs that hit the deadline: 6 of 0.5 s
+    start = time.monotonic()
+    result = run_check(CHECKS["prefill.matches_reference"], mutant, deadline=0.5, max_examples=30)
+    assert time.monotonic() - start < 60
+    assert result.status == DIVERGENCE
+    assert [f.signature for f in result.findings] == [signature]
+
+
+@pytest.mark.fuzz
 @pytest.mark.network
 def test_the_split_fuzz_target_refuses_with_value_errors_only(target, tmp_path, monkeypatch):
     import random

@@ -8,7 +8,8 @@ from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from mmharness import reference
-from mmharness.checks.outcome import DIVERGENCE, Failure, Hazard, Outcome, same_error, value_of
+from mmharness.checks.outcome import DIVERGENCE, Failure, Hazard, Outcome, same_error, unfinished, value_of
+from mmharness.deadline import Unfinished
 from mmharness.model import Case
 from mmharness.targets.reference import ReferenceTarget
 
@@ -144,18 +145,28 @@ def collisions_are_hazards(prop: Property) -> Property:
 
 @contextmanager
 def collisions_as_hazards(case: Case) -> Iterator[None]:
-    """Inside, a divergence on a batch with a hash collision is the collision hazard (as above)."""
+    """Inside, a divergence on a batch with a hash collision is the collision hazard (as above); so is a
+    case that did not finish there (equal hashes promise equal content: what breaks that promise gets no
+    more than a hazard, a stall or a hang included)."""
     try:
         yield
+    except Unfinished as stuck:
+        if not reference.has_any_collision(case):
+            raise
+        raise _collision_hazard(unfinished(stuck)) from None
     except Failure as failure:
         if failure.kind != DIVERGENCE or not reference.has_any_collision(case):
             raise
-        raise Hazard(
-            f"{COLLISION}: {failure.message}",
-            expected=failure.expected,
-            actual=failure.actual,
-            signature=f"{COLLISION}: not each item's own rows, nor a clear error",
-        ) from None
+        raise _collision_hazard(failure) from None
+
+
+def _collision_hazard(failure: Failure) -> Hazard:
+    return Hazard(
+        f"{COLLISION}: {failure.message}",
+        expected=failure.expected,
+        actual=failure.actual,
+        signature=f"{COLLISION}: not each item's own rows, nor a clear error",
+    )
 
 
 def refused_partial(case: Case, actual: Outcome) -> bool:

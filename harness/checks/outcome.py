@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from mmharness import tensors
+from mmharness.deadline import Unfinished
 from mmharness.model import Case
 from mmharness.targets.base import HarnessGap, gap_in
 
@@ -107,6 +108,11 @@ def could_not_test(gap: HarnessGap, error: BaseException | None = None) -> Could
     )
 
 
+def unfinished(error: Unfinished) -> Failure:
+    """A case that did not finish (past its deadline, or its engine stuck): a divergence of its own."""
+    return Failure(error.message, expected=error.expected, actual=error.actual, signature=error.signature)
+
+
 @dataclass(frozen=True)
 class Outcome:
     value: Any = None
@@ -118,7 +124,11 @@ class Outcome:
 
 
 def observe(call: Callable[[], Any]) -> Outcome:
-    """The call's value or error; a harness gap behind the error ends the check as *could not test*."""
+    """The call's value or error; a harness gap behind the error ends the check as *could not test*.
+
+    A case that does not finish (``mmharness.deadline.Unfinished``, a
+    ``BaseException``) is no outcome to compare: it passes through to the runner.
+    """
     try:
         return Outcome(value=call())
     except Exception as error:  # the target's errors are what we compare

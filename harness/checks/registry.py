@@ -112,6 +112,24 @@ def all_checks() -> dict[str, Check]:
     return dict(sorted(CHECKS.items()))
 
 
+class SelectionError(ValueError):
+    """A ``--checks``-style option that names no check or an unknown one; the message names the option."""
+
+
+def selected(groups: list[str] | None, option: str) -> list[Check]:
+    """The checks an option names, as ``--checks`` and ``--mm-checks`` read it: comma-separated, repeatable;
+    all when the option is absent (``None``), but never when it was given and names nothing."""
+    ids = [part.strip() for group in groups or [] for part in group.split(",") if part.strip()]
+    if groups is not None and not ids:
+        raise SelectionError(f"{option} names no check; `mmharness checks` lists them")
+    try:
+        return select(ids or None)
+    except KeyError as error:
+        raise SelectionError(
+            f"{option}: unknown check {error.args[0]!r}; `mmharness checks` lists them"
+        ) from None
+
+
 def select(ids: list[str] | None) -> list[Check]:
     """The checks named by ``ids`` (exact ids or a family/rule/prefix), all when ``None``."""
     known = all_checks()

@@ -7,7 +7,7 @@ lacks are absent from ``capabilities`` and the checks needing them are skipped.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
 
@@ -103,6 +103,23 @@ def paths_of(target: object) -> tuple[str, ...]:
     return ("batched",)
 
 
+def unloaded(
+    missing: Collection[str], errors: Mapping[str, str], owners: Mapping[str, Collection[str]]
+) -> dict[str, str]:
+    """``Target.unloaded`` from a load: each missing capability whose owning files include one that failed.
+
+    ``owners`` maps a capability to the engine modules that would hold it
+    (a capability not listed stays a plain skip); ``errors`` is the loader's
+    module -> error.
+    """
+    found: dict[str, str] = {}
+    for capability in missing:
+        broken = [f"{m} ({errors[m]})" for m in owners.get(capability, ()) if m in errors]
+        if broken:
+            found[capability] = f"{', '.join(broken)} did not load"
+    return found
+
+
 def missing_methods(target: object) -> list[str]:
     """The methods a target's declared capabilities need and it lacks (empty when it is whole)."""
     declared = getattr(target, "capabilities", frozenset())
@@ -158,7 +175,10 @@ class Target(Protocol):
     Only ``name``, ``capabilities`` and ``describe`` are required: a target
     implements the methods of the capabilities it declares (``METHODS``) and may
     explain absent ones in a ``missing`` dict (capability -> why), which skip
-    reasons show. The methods below are the whole set, for a full target.
+    reasons show. A capability absent because the file that should hold it did
+    not load goes in ``unloaded`` (capability -> the file and its error) as well:
+    its checks are *could not test*, never a skip, since a broken file is not a
+    missing feature. The methods below are the whole set, for a full target.
     """
 
     name: str

@@ -14,6 +14,7 @@ wrong and what to do.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import re
 import shutil
@@ -30,7 +31,10 @@ from mmharness.targets.loader import Layout, Source, cache_dir, locate
 COMPLETE = "mmharness-release-2.txt"
 """Written last into an unpacked release: its presence means the release is complete.
 (The ``-2`` marks the member set that includes each release's item type: older
-unpacked releases lack it and are fetched again.)"""
+unpacked releases lack it and are fetched again.) Its first line names the
+wheel; each further line is ``SHA256 MEMBER`` of a kept file, so a cached file
+damaged or edited since is refused (``_verify``) rather than loaded: half a
+rules file still parses and would read as a release lacking its functions."""
 
 FALLBACK_HOSTS = (
     ("manylinux_2_34_x86_64", "3.12"),
@@ -80,6 +84,7 @@ def fetch(package: str, version: str, members: tuple[str, ...], *, example: str)
         )
     target = release_dir(package, version)
     if (target / COMPLETE).is_file():
+        _verify(target, f"{package}=={version}")
         return target
     target.parent.mkdir(parents=True, exist_ok=True)
     _remove_abandoned(target)
@@ -219,8 +224,27 @@ def _unpack(wheel: Path, into: Path, package: str, version: str, members: tuple[
         names = set(archive.namelist())
         kept = [m for m in members if m in names]
         kept += [n for n in names if n.endswith(".dist-info/METADATA")]
+        digests = []
         for member in kept:
             destination = into / member
             destination.parent.mkdir(parents=True, exist_ok=True)
-            destination.write_bytes(archive.read(member))
-    (into / COMPLETE).write_text(f"{wheel.name}\n")
+            data = archive.read(member)
+            destination.write_bytes(data)
+            digests.append(f"{hashlib.sha256(data).hexdigest()} {member}\n")
+    (into / COMPLETE).write_text(f"{wheel.name}\n" + "".join(digests))
+
+
+def _verify(target: Path, requirement: str) -> None:
+    """Refuse a cached release whose files differ from what was unpacked (older markers hold no digests)."""
+    for line in (target / COMPLETE).read_text(errors="replace").splitlines()[1:]:
+        digest, _, member = line.partition(" ")
+        path = target / member
+        try:
+            intact = hashlib.sha256(path.read_bytes()).hexdigest() == digest
+        except OSError:
+            intact = False
+        if not intact:
+            raise TargetError(
+                f"the cached copy of {requirement} is damaged ({member} differs from the wheel's);"
+                f" remove {target} to download it again"
+            )

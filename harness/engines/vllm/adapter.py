@@ -119,6 +119,13 @@ def detect(engine: loader.Engine) -> tuple[Modules | None, list[str]]:
     )
 
 
+_OWNERS = {
+    SPLIT: (layout.INPUTS, layout.QWEN2_VL, layout.KIMI_K25),
+    DRAFT_LOOKAHEAD: (layout.RUNNER_V1,),
+}
+"""Capability -> the files that would hold it: where a load error makes it *could not test*."""
+
+
 class VLLMTarget:
     """One vLLM release behind the ``Target`` protocol, driven step by step (``driver``)."""
 
@@ -144,6 +151,8 @@ class VLLMTarget:
         options = {WHOLE_ITEMS} | ({DRAFT_LOOKAHEAD} if modules.runner_v1 is not None else set())
         self.capabilities = frozenset({PREFILL, EMBED_AND_MASK, *options} | ({SPLIT} if splits else set()))
         self.missing = dict(NOT_APPLICABLE) | ({} if splits else {SPLIT: NO_FIELD_CONFIG})
+        absent = base.ALL_CAPABILITIES - self.capabilities
+        self.unloaded = base.unloaded(absent, engine.errors, _OWNERS)
 
     def describe(self) -> dict[str, Any]:
         engine, record = self.engine, self.engine.record
@@ -155,6 +164,7 @@ class VLLMTarget:
             "files": [str(engine.source.files[n]) for n in engine.source.files if n in engine.modules],
             "capabilities": sorted(self.capabilities),
             "missing": dict(sorted(self.missing.items())),
+            "unloaded": dict(sorted(self.unloaded.items())),
             "paths": list(self.paths),
             "placeholder_is_embed": self.modules.has_is_embed,
             "field_configs": sorted(self.field_configs),

@@ -13,6 +13,13 @@ the computed tokens and frees the encoder inputs behind them. When every window
 is done the requests finish and release their cache references; the cache
 object (manager and worker cache) lives on for the next call.
 
+A request the scheduler rejects (an identifier cached with another embedding
+count, 0.31 on) leaves the batch as vLLM finishes it with an error; the others
+go on, and the call then raises the rejection (a clear refusal). A step that
+advances no request and ends none, while windows remain, is the engine's:
+``NoProgress`` (a divergence), as is running past a cap on the steps far above
+what a case needs.
+
 The engine's classes are never instantiated (their constructors want a whole
 engine configuration): a ``StandIn`` holds the state a method reads and answers
 every other method name with the engine class's own function, bound to it, so
@@ -28,8 +35,13 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from mmharness.deadline import NoProgress
 from mmharness.model import Case, Item
 from mmharness.targets.base import Encoder, HarnessGap
+
+STEP_CAP_FACTOR, STEP_CAP_SLACK = 4, 64
+"""A call takes at most (window tokens + requests) steps (each step advances a window or ends a
+request, or the driver stops); more than ``4 x that + 64`` is an engine gone astray (``NoProgress``)."""
 
 
 class StandIn:
@@ -240,20 +252,26 @@ class Driver:
         masks: list[list[Any]] = [[] for _ in requests]
         live = set(range(len(requests)))
         rejected: list[int] = []
+        need = sum(max(0, end - r.num_computed_tokens) for r, end in zip(requests, ends, strict=True))
+        cap = STEP_CAP_FACTOR * (need + len(requests)) + STEP_CAP_SLACK
+        taken = 0
         try:
             while any(requests[k].num_computed_tokens < ends[k] for k in live):
+                taken += 1
+                if taken > cap:
+                    raise self._stuck_at_cap(_waiting(requests, ends, live), cap, need, len(requests))
                 scheduled = self._schedule(scheduler, requests, ends, live, cache, lookahead)
-                for k in sorted(live):
-                    if requests[k].request_id in scheduler.encoder_cache_mismatch_reqs:
-                        rejected.append(k)
-                        self._finish(requests[k], cache, live, k)
+                # vLLM finishes a rejected request with an error after the step, and forgets the rejection
+                mismatched = scheduler.encoder_cache_mismatch_reqs
+                left = [k for k in sorted(live) if requests[k].request_id in mismatched]
+                mismatched.clear()
+                for k in left:
+                    rejected.append(k)
+                    self._finish(requests[k], cache, live, k)
                 if not scheduled:
                     done = [k for k in live if whole_items or requests[k].num_computed_tokens >= ends[k]]
-                    if not done and not rejected:
-                        raise RuntimeError(
-                            "vLLM's scheduler scheduled no token of any unfinished request:"
-                            " the batch cannot progress"
-                        )
+                    if not done and not left:
+                        raise self._stuck(_waiting(requests, ends, live), taken)
                     for k in done:  # in vLLM they would go on past their window and release their items
                         self._finish(requests[k], cache, live, k)
                     continue
@@ -283,6 +301,26 @@ class Driver:
             [torch.cat(m).to(device) if m else empty_mask for m in masks],
             steps,
             drafts,
+        )
+
+    @staticmethod
+    def _stuck(waiting: list[str], step: int) -> NoProgress:
+        """A step that scheduled no token of any unfinished request and ended none: the engine's."""
+        return NoProgress(
+            f"vLLM's scheduler scheduled no token in step {step} for {len(waiting)} unfinished request(s)",
+            signature="vLLM's scheduler scheduled no token of any unfinished request",
+            actual="; ".join(waiting),
+        )
+
+    @staticmethod
+    def _stuck_at_cap(waiting: list[str], cap: int, need: int, requests: int) -> NoProgress:
+        """More steps than the case can need: each one moved something, yet the windows are not done."""
+        return NoProgress(
+            f"the windows are still unfinished after {cap} scheduler steps, the cap for this case"
+            f" ({STEP_CAP_FACTOR} x ({need} window tokens + {requests} requests) + {STEP_CAP_SLACK})",
+            signature="the windows are still unfinished at the cap on scheduler steps",
+            expected=f"at most {need + requests} steps (each advances a window or ends a request)",
+            actual="; ".join(waiting),
         )
 
     @staticmethod
@@ -494,6 +532,15 @@ class Driver:
             start, taken = start + count, taken + n
 
 
+def _waiting(requests: list[Any], ends: list[int], live: set[int]) -> list[str]:
+    """Each unfinished request and where it stands, for a ``NoProgress`` message."""
+    return [
+        f"request {k} at position {requests[k].num_computed_tokens} of its window's end {ends[k]}"
+        for k in sorted(live)
+        if requests[k].num_computed_tokens < ends[k]
+    ]
+
+
 class _WorkerCache(dict):
     """Model runner V2's encoder cache as each release reads it.
 
@@ -550,4 +597,3 @@ def rows_of(rows: list[Any]) -> Any:
 
     present = [r for r in rows if r is not None]
     return torch.cat(present) if present else None
-
