@@ -9,6 +9,13 @@ fixed. A baseline is written by ``--write-baseline``, and a ``--json`` report
 serves as one too. It matches the same target however it was spelled, as
 long as it loads the same files (a relative or an absolute path, a release or
 its unpacked directory).
+
+A baseline holds what its search reached, no more: one written from the CI
+profile's 100 examples misses hazards the same target shows at 3000, and a
+deeper run would call them new. So a baseline records how deep it searched
+(``search``: profile, examples per check, seed), several baselines combine
+(``--baseline A --baseline B``: runs under other seeds), and a run deeper than
+its baseline says so.
 """
 
 from __future__ import annotations
@@ -60,6 +67,8 @@ def same_target(recorded: dict, current: dict) -> bool:
 class Baseline:
     path: str
     entries: frozenset[Entry]
+    depth: int | None = None
+    """Examples per check of the deepest search behind it (``None``: not recorded)."""
 
     def tolerates(self, result: Result, finding: Finding) -> bool:
         return any(
@@ -97,9 +106,11 @@ def load(path: str, current: dict) -> Baseline:
                 Entry(e["check"], e["device"], e["signature"], e.get("kind", ""), e.get("case_hash"))
                 for e in data["entries"]
             ]
+            depth = (data.get("search") or {}).get("examples")
         elif str(data.get("format", "")).startswith("mmharness.report/"):
             recorded = {"spec": data["target"], **data.get("identity", {})}
             entries = list(_from_report(data["results"]))
+            depth = max((r.get("examples") or 0 for r in data["results"]), default=0) or None
         else:
             raise BaselineError(f"{path}: not a baseline or a --json report (format {data.get('format')!r})")
     except (KeyError, TypeError, AttributeError) as error:
@@ -107,7 +118,29 @@ def load(path: str, current: dict) -> Baseline:
     if not isinstance(recorded, dict) or not same_target(recorded, current):
         shown = recorded.get("spec") if isinstance(recorded, dict) else recorded
         raise BaselineError(f"{path}: recorded for target {shown!r}, not {current['spec']!r}")
-    return Baseline(path, frozenset(entries))
+    return Baseline(path, frozenset(entries), depth if isinstance(depth, int) else None)
+
+
+def combined(baselines: list[Baseline]) -> Baseline:
+    """Several baselines as one: every entry of each (runs under other seeds add what theirs found)."""
+    depths = [b.depth for b in baselines if b.depth is not None]
+    return Baseline(
+        ", ".join(b.path for b in baselines),
+        frozenset().union(*(b.entries for b in baselines)),
+        max(depths, default=None),
+    )
+
+
+def shallower(known: Baseline, results: Iterable[Result]) -> str | None:
+    """A note when this run searched deeper than the baseline did: what is new may only be deeper."""
+    deepest = max((r.examples_run for r in results), default=0)
+    if known.depth is None or deepest <= known.depth:
+        return None
+    return (
+        f"the baseline ({known.path}) was written from {known.depth} examples per check and this run"
+        f" searched up to {deepest}: a new finding may be one that shallower search never reached"
+        " (write baselines deeper: --profile deep, or several --seed runs given as --baseline A --baseline B)"
+    )
 
 
 def _from_report(results: list[dict]) -> Iterable[Entry]:
@@ -119,13 +152,15 @@ def _from_report(results: list[dict]) -> Iterable[Entry]:
             yield Entry(r["check"], r["device"], f["signature"], f["kind"], f.get("case_hash"))
 
 
-def dump(results: list[Result], current: dict) -> dict:
-    """A baseline of every finding of a run."""
+def dump(results: list[Result], current: dict, search: dict) -> dict:
+    """A baseline of every finding of a run, with how deep the run searched (``search``: its options)."""
     from mmharness.report import case_hash
 
+    deepest = max((r.examples_run for r in results), default=0)
     return {
         "format": FORMAT,
         "target": current,
+        "search": {**search, "examples": deepest},
         "entries": [
             {
                 "check": r.check.id,

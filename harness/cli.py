@@ -96,8 +96,10 @@ def _parser() -> argparse.ArgumentParser:
     check.add_argument("--json", metavar="FILE", help="write a JSON report")
     check.add_argument(
         "--baseline",
+        action="append",
         metavar="FILE",
-        help="known findings to tolerate, by how they failed (a --write-baseline file or a --json report)",
+        help="known findings to tolerate, by how they failed (a --write-baseline file or a --json report);"
+        " repeat to combine several (e.g. runs under other seeds)",
     )
     check.add_argument("--write-baseline", metavar="FILE", help="write this run's findings as a baseline")
     check.add_argument("--strict", action="store_true", help="hazards and could-not-test fail the run too")
@@ -453,6 +455,9 @@ def _check(args: argparse.Namespace) -> int:
     print()
     summary_table(rows, ("check", "device", "verdict", "findings", "examples", "cases"), sys.stdout)
     print(report.summary(results) + tolerance)
+    deeper = known and baseline.shallower(known, results)
+    if deeper:
+        print(f"note: {deeper}")
     for entry in known.stale(results) if known else ():
         print(f"stale baseline entry (did not reproduce): {entry.check} [{entry.device}] {entry.signature}")
     if args.json:
@@ -464,7 +469,9 @@ def _check(args: argparse.Namespace) -> int:
         junit = report.as_junit(results, args.target, strict=args.strict, interrupted=interrupted)
         report.write(args.junit, junit)
     if args.write_baseline:
-        report.write(args.write_baseline, json.dumps(baseline.dump(results, current), indent=2) + "\n")
+        search = {"profile": args.profile, "seed": args.seed}
+        document = baseline.dump(results, current, search)
+        report.write(args.write_baseline, json.dumps(document, indent=2) + "\n")
     if interrupted:
         return interrupts.exit_code()
     if _nothing_ran(results):
@@ -547,13 +554,13 @@ def _exit_code(kinds: list[str], *, strict: bool) -> int:
     return COULD_NOT_TEST_EXIT if COULD_NOT_TEST in kinds else PASSED_EXIT
 
 
-def _baseline(path: str | None, current: dict):
-    if path is None:
+def _baseline(paths: list[str] | None, current: dict):
+    if not paths:
         return None
     from mmharness import baseline
 
     try:
-        return baseline.load(path, current)
+        return baseline.combined([baseline.load(path, current) for path in paths])
     except baseline.BaselineError as error:
         raise UsageError(f"--baseline {error}") from None
 

@@ -387,3 +387,22 @@ def test_a_mixed_device_case_replays_where_cuda_is_and_says_why_it_cannot_elsewh
         assert code == 0 and "PASS" in out
     else:
         assert code == 4 and "no CUDA device" in out
+
+
+def test_baselines_record_their_depth_and_combine(capsys, tmp_path):
+    """A baseline holds what its search reached: it says how deep, and several (other checks, other seeds)
+    combine, so a deeper run against a shallow one is told why its findings may read as new."""
+    mutant = ["--target", "mutant:chunk_start_off_by_one", "--findings", str(tmp_path / "f")]
+    one, two = tmp_path / "one.json", tmp_path / "two.json"
+    code, _, _ = run(capsys, "check", *mutant, "--checks", "chunk.matches_reference", "--max-examples", "5",
+                     "--write-baseline", str(one))  # fmt: skip
+    assert code == 1
+    assert json.loads(one.read_text())["search"] == {"profile": "ci", "seed": None, "examples": 5}
+    run(capsys, "check", *mutant, "--checks", "prefill.matches_reference", "--write-baseline", str(two))
+    both = ["--checks", "chunk.matches_reference,prefill.matches_reference"]
+    code, out, _ = run(capsys, "check", *mutant, *both, "--baseline", str(one))
+    assert code == 1, "the prefill findings are not in the first baseline"
+    assert "written from 5 examples per check and this run searched up to" in out
+    code, out, _ = run(capsys, "check", *mutant, *both, "--baseline", str(one), "--baseline", str(two))
+    assert code == 0, out
+    assert "tolerated by the baseline" in out
