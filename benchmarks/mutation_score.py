@@ -1,27 +1,74 @@
-"""Real-code mutation score: single-point mutants of a release's rule file, each checked by the harness.
+"""Real-code mutation score: single-point mutants of a release's files, each checked by the harness.
 
 Usage::
 
     pip install -e '.[mutation]'
-    python benchmarks/mutation_score.py [--release 0.5.23] [-n 2] [--limit N] [--json score.json]
+    python benchmarks/mutation_score.py [--engine sglang|vllm] [--release X | --release ENGINE==X]
+        [--file PATH-IN-RELEASE ...] [--function NAME ...] [--baseline-seeds K] [--deadline S]
+        [-n 2] [--limit N] [--strict] [--json score.json]
 
 The mutants come from cosmic-ray (its operators and its mutator; the harness
 writes none of its own): comparisons, arithmetic, numbers, boolean operators,
-``not``, loops that run zero times. Only mutants inside the file's functions
-count. For each mutant the file is rewritten in a private copy of the release
-and ``mmharness check --target COPY --baseline BASE`` runs, BASE being the
-report of the unmutated copy: a mutant is *killed* when the run fails (exit 1:
-a new way of failing), *timed out* when it exceeds the limit (also a kill),
-and *survives* otherwise. With ``--strict`` a new hazard or could-not-test
-signature kills too (wasted encoder work, a cache keeping views: behaviour
-that follows the rules but changed). Workers run in parallel, each on its own copy. The
-report gives the kill rate per function and every survivor with its diff.
+``not``, loops that run zero times. cosmic-ray fits because it mutates a file
+on disk by (operator, occurrence) and leaves running the tests to us: the
+harness loads rule files by path, and needs no test framework in between.
+(mutmut 3 rewrites a package into trampolines driven from its own pytest run,
+which a file loaded by path outside any package does not fit.)
 
-cosmic-ray fits because it mutates a file on disk by (operator, occurrence)
-and leaves running the tests to us: the harness loads rule files by path, and
-needs no test framework in between. (mutmut 3 rewrites a package into
-trampolines driven from its own pytest run, which a file loaded by path
-outside any package does not fit.)
+What is mutated: ``--file`` (repeatable) names files of the release, as paths
+inside it; by default SGLang's ``mm_schedule.py`` (0.5.18 on; ``mm_utils.py``
+before) and vLLM's six files below. Only mutants inside the functions the
+harness drives count, since a mutant in code never run on CPU is not
+*CPU-reachable*: each file has a default function set (``DRIVEN``: the
+functions a CI-profile run of the unmutated release calls, found by tracing
+it), ``--function`` replaces it (a name, or ``Class.method``). The sets:
+
+- SGLang ``sglang/srt/managers/mm_schedule.py``: every function (the file is
+  the rules and nothing else).
+- SGLang ``sglang/srt/managers/mm_utils.py``: the rules where a release keeps
+  them there (0.4.6 to 0.5.17), the splitter (``get_new_expanded_mm_items``,
+  ``_try_simple_split`` and their helpers) and ``embed_mm_inputs``, the caller
+  the end-to-end check runs; not the padding patterns, shared-memory
+  transport or hashing helpers.
+- SGLang ``sglang/srt/mem_cache/multimodal_cache.py``: the static cache's
+  ``get``/``get_single``/``set``/``free``, ``combine_hashes``, the sizes.
+- vLLM ``vllm/v1/core/sched/scheduler.py``: the encoder half of a step the
+  driver runs (``_try_schedule_encoder_inputs``, ``_allocate_encoder_inputs``,
+  ``_free_encoder_inputs``, ``_free_encoder_input``,
+  ``_reject_on_encoder_cache_embed_mismatch``); not ``schedule()`` itself.
+- vLLM ``vllm/v1/core/encoder_cache_manager.py``: ``EncoderCacheManager``'s
+  methods the scheduler calls (not the encoder-decoder manager nor the budget).
+- vLLM ``vllm/v1/worker/gpu_model_runner.py``: ``_gather_mm_embeddings`` and
+  ``_get_encoder_output_from_cache`` (the V1 gather).
+- vLLM ``vllm/v1/worker/gpu/mm/encoder_runner.py``: ``gather_mm_embeddings`` (V2).
+- vLLM ``vllm/model_executor/models/qwen2_vl.py`` and ``kimi_k25.py``: the
+  field configs that split a processor's output by grid.
+
+Within those functions, a mutant whose lines the unmutated copy's CI run never
+executes (traced while it writes its baseline) is *not reached* on CPU: it is
+listed, not run (its run would be the same as the unmutated one), and left out
+of the score; ``--all-lines`` runs those too.
+
+Baselines: the unmutated copy is checked under the CI profile and under K more
+seeds (``--baseline-seeds K``: ``--seed 1`` .. ``--seed K``), without a
+deadline, and every mutant run gets all of those reports as baselines (they
+combine), so a hazard the unmutated release shows only on other cases is not
+taken for the mutant's. The output records K and the examples per check of
+each baseline run.
+
+Each mutant: the file is rewritten in a private copy of the release and
+``mmharness check --target COPY --baseline ... --fail-fast --deadline S``
+runs (a case still running after S seconds is a divergence of its own: a
+kill; ``--timeout`` bounds the whole run as a safety net, also a kill). A
+mutant is *killed* when the run fails (exit 1: a new way of failing), and
+*killed under --strict* also when its report holds a hazard or could-not-test
+signature none of the baselines has (wasted encoder work, a cache keeping
+views: behaviour that follows the rules but changed). Both figures come from
+the same run; ``--strict`` picks the one the survivors list and
+``--survivors-of`` use. A run that ends otherwise (exit 2, 4) is an *error*,
+listed and left out of the score. Workers run in parallel, each on its own
+copy. The report gives the kill rate per file and function, and every
+survivor with its diff.
 """
 
 from __future__ import annotations
@@ -29,6 +76,7 @@ from __future__ import annotations
 import argparse
 import ast
 import difflib
+import importlib
 import json
 import os
 import shutil
@@ -37,12 +85,118 @@ import sys
 import tempfile
 import time
 from collections import defaultdict
+from collections.abc import Iterable
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 from mmharness.workers import count
 
-RULES_FILE = "sglang/srt/managers/mm_schedule.py"
+FORMAT = "mmharness.mutation/2"
+ENGINES = {"sglang": "0.5.23", "vllm": "0.33.0"}
+"""Engine -> the release mutated by default."""
+SGLANG_RULES = "sglang/srt/managers/mm_schedule.py"
+SGLANG_OLD_RULES = "sglang/srt/managers/mm_utils.py"
+VLLM_FILES = (
+    "vllm/v1/core/sched/scheduler.py",
+    "vllm/v1/core/encoder_cache_manager.py",
+    "vllm/v1/worker/gpu_model_runner.py",
+    "vllm/v1/worker/gpu/mm/encoder_runner.py",
+    "vllm/model_executor/models/qwen2_vl.py",
+    "vllm/model_executor/models/kimi_k25.py",
+)
+EVERY = None
+"""A file whose every function the harness drives."""
+_RULES = (
+    "init_mm_embedding_cache",
+    "get_embedding_chunk",
+    "_get_precomputed_embedding",
+    "_flatten_embedding_result",
+    "_embedding_token_count",
+    "_discard_mismatched_cached_embedding",
+    "_can_skip_pre_embed_feature_move",
+    "_move_items_to_device",
+    "_acknowledge_deferred_cuda_ipc_cache_hits",
+    "_item_overlap",
+    "_slice_item_chunk",
+    "_get_chunked_embedding_full",
+    "_batch_encode_per_image_misses",
+    "_get_chunked_embedding_by_item",
+    "_assemble_per_image_chunk",
+    "_get_chunked_prefill_embedding",
+    "_get_multimodal_mask",
+    "_count_mm_tokens_in_extend",
+    "_adjust_embedding_length",
+    "get_embedding_and_mask",
+)
+"""SGLang's rule functions (in ``mm_utils.py`` up to 0.5.17), every name any release used."""
+_SPLITTER = (
+    "get_new_expanded_mm_items",
+    "_try_simple_split",
+    "_split_model_data_for_item",
+    "_compute_patch_slices",
+    "_slice_model_data",
+    "_slice_value",
+    "_get_length",
+    "_is_rank2_grid",
+)
+DRIVEN: dict[str, tuple[str, ...] | None] = {
+    SGLANG_RULES: EVERY,
+    SGLANG_OLD_RULES: (*_RULES, *_SPLITTER, "embed_mm_inputs", "_scatter_mm_embedding"),
+    "sglang/srt/mem_cache/multimodal_cache.py": (
+        "_get_tensor_size",
+        "MultimodalCache.__init__",
+        "MultimodalCache.combine_hashes",
+        "MultiModalStaticCache.__init__",
+        "MultiModalStaticCache.get",
+        "MultiModalStaticCache.get_single",
+        "MultiModalStaticCache.set",
+        "MultiModalStaticCache.free",
+    ),
+    "vllm/v1/core/sched/scheduler.py": tuple(
+        f"Scheduler.{name}"
+        for name in (
+            "_try_schedule_encoder_inputs",
+            "_allocate_encoder_inputs",
+            "_free_encoder_inputs",
+            "_free_encoder_input",
+            "_reject_on_encoder_cache_embed_mismatch",
+        )
+    ),
+    "vllm/v1/core/encoder_cache_manager.py": tuple(
+        f"EncoderCacheManager.{name}"
+        for name in (
+            "__init__",
+            "check_and_update_cache",
+            "get_cached_num_encoder_embeds",
+            "can_allocate",
+            "allocate",
+            "_add_cached_input_id",
+            "get_cached_input_ids",
+            "free_encoder_input",
+            "free",
+            "get_freed_mm_hashes",
+        )
+    ),
+    "vllm/v1/worker/gpu_model_runner.py": (
+        "GPUModelRunner._gather_mm_embeddings",
+        "GPUModelRunner._get_encoder_output_from_cache",
+    ),
+    "vllm/v1/worker/gpu/mm/encoder_runner.py": ("EncoderRunner.gather_mm_embeddings",),
+    "vllm/model_executor/models/qwen2_vl.py": ("_create_qwen2vl_field_factory", "_qwen2vl_field_config"),
+    "vllm/model_executor/models/kimi_k25.py": (
+        "KimiK25MultiModalProcessor._get_mm_fields_config",
+        "_get_mm_fields_config",
+    ),
+    # driven too, mutated only when asked (--file):
+    "vllm/multimodal/utils.py": ("get_mm_features_in_window",),
+    "vllm/v1/request.py": ("Request.get_num_encoder_embeds",),
+    "vllm/multimodal/inputs.py": (
+        "PlaceholderRange.embeds_cumsum",
+        "PlaceholderRange.get_embeds_indices_in_range",
+        "PlaceholderRange.get_num_embeds",
+    ),
+}
+"""File in a release -> the functions the harness drives on CPU (``EVERY``: all of them)."""
 OPERATORS = (
     "core/NumberReplacer",
     "core/ReplaceTrueWithFalse",
@@ -70,143 +224,447 @@ OPERATORS = (
 )
 """Single-point mutations: comparisons (boundaries and negations), arithmetic, constants, booleans, loops."""
 TIMEOUT_S = 300
-OUTCOMES = {1: "killed", 0: "survived", 3: "survived (could not test)", -1: "timed out"}
+DEADLINE_S = 5
+KILLED, TIMED_OUT, SURVIVED, NOT_REACHED, NOT_APPLIED = (
+    "killed", "timed out", "survived", "not reached", "not applied",
+)  # fmt: skip
+KILLS = (KILLED, TIMED_OUT)
+STRICT_KINDS = ("hazard", "could-not-test")
+
+_TRACED = r"""
+import json, os, sys, threading
+out, wanted, args = sys.argv[1], set(sys.argv[2].split(os.pathsep)), sys.argv[3:]
+lines, known = {}, {}
+def local(frame, event, arg):
+    if event == "line":
+        lines[frame.f_code.co_filename].add(frame.f_lineno)
+    return local
+def tracer(frame, event, arg):
+    name = frame.f_code.co_filename
+    hit = known.get(name)
+    if hit is None:
+        hit = known[name] = os.path.realpath(name) in wanted
+        if hit:
+            lines.setdefault(name, set())
+    if not hit:
+        return None
+    lines[name].add(frame.f_lineno)
+    return local
+sys.settrace(tracer)
+threading.settrace(tracer)
+from mmharness.cli import main
+try:
+    code = main(args)
+except SystemExit as stop:
+    code = stop.code
+finally:
+    sys.settrace(None)
+    reached = {}
+    for name, seen in lines.items():
+        reached.setdefault(os.path.realpath(name), set()).update(seen)
+    with open(out, "w") as stream:
+        json.dump({name: sorted(seen) for name, seen in reached.items()}, stream)
+sys.exit(code)
+"""
+"""``mmharness check`` run with the lines it executes in the mutated files recorded (argv: OUT FILES ARGS)."""
 
 
 def functions_of(source: str) -> list[tuple[str, int, int]]:
-    """``(name, first line, last line)`` of each top-level function."""
+    """``(name, first line, last line)`` of each top-level function and each method of a top-level class
+    (``Class.method``); a nested function belongs to the function around it."""
     tree = ast.parse(source)
-    return [
-        (node.name, node.lineno, node.end_lineno or node.lineno)
-        for node in tree.body
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
-    ]
-
-
-def mutations(rules: Path, workdir: Path) -> list[dict]:
-    """Every cosmic-ray mutation of the chosen operators that falls inside a function."""
-    from cosmic_ray.commands import init
-    from cosmic_ray.work_db import WorkDB, use_db
-
-    functions = functions_of(rules.read_text())
     found = []
-    with use_db(str(workdir / "session.sqlite"), WorkDB.Mode.create) as db:
-        init([rules], db, {})  # every operator cosmic-ray has; ours are picked below
-        for item in db.work_items:
-            for spec in item.mutations:
-                if spec.operator_name not in OPERATORS:
-                    continue
-                line = spec.start_pos[0]
-                owner = next((name for name, first, last in functions if first <= line <= last), None)
-                if owner is not None:
-                    job = {"operator": spec.operator_name, "occurrence": spec.occurrence}
-                    found.append({**job, "line": line, "function": owner})
+    functions = (ast.FunctionDef, ast.AsyncFunctionDef)
+    for node in tree.body:
+        if isinstance(node, functions):
+            found.append((node.name, node.lineno, node.end_lineno or node.lineno))
+        elif isinstance(node, ast.ClassDef):
+            for member in node.body:
+                if isinstance(member, functions):
+                    name = f"{node.name}.{member.name}"
+                    found.append((name, member.lineno, member.end_lineno or member.lineno))
     return found
 
 
-def check(target: Path, *extra: str) -> int:
-    command = [sys.executable, "-m", "mmharness.cli", "check", "--target", str(target), *extra]
-    env = {**os.environ, "MMHARNESS_FINDINGS": str(target.parent / "findings")}
+def chosen(function: str, wanted: Iterable[str] | None, *, bare: bool = False) -> bool:
+    """Whether ``function`` (``name`` or ``Class.method``) is among ``wanted`` (``None``: every one).
+
+    ``bare``: a method's own name matches too (``--function _free_encoder_inputs``)."""
+    if wanted is None:
+        return True
+    names = set(wanted)
+    return function in names or (bare and function.rsplit(".", 1)[-1] in names)
+
+
+def parse_release(release: str | None, engine: str | None) -> tuple[str, str]:
+    """``--release X`` (with ``--engine``) or ``--release ENGINE==X`` -> ``(engine, version)``."""
+    if release and "==" in release:
+        named, _, version = release.partition("==")
+        if engine and engine != named:
+            raise ValueError(f"--release {release} names {named}, but --engine is {engine}")
+        engine = named
+    else:
+        version = release or ""
+    engine = engine or "sglang"
+    if engine not in ENGINES:
+        raise ValueError(f"unknown engine {engine!r}: one of {', '.join(ENGINES)}")
+    return engine, version or ENGINES[engine]
+
+
+def default_files(engine: str, release: Path) -> list[str]:
+    """What is mutated without ``--file``: SGLang's rules file, or vLLM's driven files the release has."""
+    if engine == "sglang":
+        return [SGLANG_RULES if (release / SGLANG_RULES).is_file() else SGLANG_OLD_RULES]
+    return [name for name in VLLM_FILES if (release / name).is_file()]
+
+
+def spans(mutant: dict) -> range:
+    return range(mutant["line"], mutant.get("end_line", mutant["line"]) + 1)
+
+
+def reached(mutant: dict, lines: set[int]) -> bool:
+    """Whether the unmutated copy executed any line the mutation spans."""
+    return any(line in lines for line in spans(mutant))
+
+
+def tolerated(baselines: Iterable[dict]) -> set[tuple[str, str, str]]:
+    """``(check, device, signature)`` of every finding in these ``--json`` reports."""
+    return {
+        (result["check"], result["device"], finding["signature"])
+        for report in baselines
+        for result in report.get("results", ())
+        for finding in result.get("findings") or ()
+    }
+
+
+def new_findings(report: dict, known: set[tuple[str, str, str]]) -> list[dict]:
+    """The findings of a mutant's report whose way of failing no baseline holds."""
+    return [
+        {"check": result["check"], "kind": finding["kind"], "signature": finding["signature"]}
+        for result in report.get("results", ())
+        for finding in result.get("findings") or ()
+        if (result["check"], result["device"], finding["signature"]) not in known
+    ]
+
+
+def verdicts(code: int, findings: list[dict]) -> tuple[str, str]:
+    """``(outcome, outcome under --strict)`` of a mutant's check: exit code and new findings."""
+    if code == -1:
+        return TIMED_OUT, TIMED_OUT
+    if code == 1:
+        return KILLED, KILLED
+    if code in (0, 3):
+        strict = any(f["kind"] in STRICT_KINDS for f in findings)
+        return SURVIVED, KILLED if strict else SURVIVED
+    return f"error (exit {code})", f"error (exit {code})"
+
+
+def score(mutants: list[dict], key: str) -> tuple[int, int]:
+    """``(killed, counted)``: errors, unapplied and unreached mutants are not counted."""
+    counted = [m for m in mutants if m[key] in (*KILLS, SURVIVED)]
+    return sum(m[key] in KILLS for m in counted), len(counted)
+
+
+def mutations(path: Path, relative: str, wanted: Iterable[str] | None, *, bare: bool) -> list[dict]:
+    """Every mutation of the chosen operators inside the chosen functions of one file."""
+    from cosmic_ray.ast import ast_nodes, get_ast_from_path
+    from cosmic_ray.plugins import get_operator, operator_names
+
+    functions = functions_of(path.read_text())
+    module = get_ast_from_path(path)
+    nodes = list(ast_nodes(module))
+    found = []
+    for name in sorted(set(OPERATORS) & set(operator_names())):  # a cosmic-ray without one skips it
+        operator = get_operator(name)()
+        positions = ((start, end) for node in nodes for start, end in operator.mutation_positions(node))
+        for occurrence, (start, end) in enumerate(positions):
+            line = start[0]
+            owner = next((f for f, first, last in functions if first <= line <= last), None)
+            if owner is not None and chosen(owner, wanted, bare=bare):
+                found.append(
+                    {"file": relative, "function": owner, "line": line, "end_line": end[0],
+                     "operator": name, "occurrence": occurrence}
+                )  # fmt: skip
+    return sorted(found, key=lambda m: (m["line"], m["operator"], m["occurrence"]))
+
+
+def check(
+    copy: Path, extra: list[str], *, timeout: float, traced: tuple[Path, list[Path]] | None = None
+) -> int:
+    """``mmharness check --target .`` in ``copy`` (one spelling for every copy: their baselines match)."""
+    args = ["check", "--target", ".", "--findings", str(copy.parent / f"findings-{copy.name}"), *extra]
+    if traced is None:
+        command = [sys.executable, "-m", "mmharness.cli", *args]
+    else:
+        out, files = traced
+        wanted = os.pathsep.join(os.path.realpath(f) for f in files)
+        command = [sys.executable, "-c", _TRACED, str(out), wanted, *args]
     try:
-        done = subprocess.run(
-            command, capture_output=True, text=True, timeout=TIMEOUT_S, env=env, check=False
-        )
+        done = subprocess.run(command, cwd=copy, capture_output=True, text=True, timeout=timeout, check=False)
     except subprocess.TimeoutExpired:
         return -1
+    if done.returncode not in (0, 1, 3):
+        print(
+            f"[{copy.name}] mmharness check {' '.join(extra)}: exit {done.returncode}\n{done.stderr[-2000:]}"
+        )
     return done.returncode
 
 
-def run_worker(copy: Path, jobs: list[dict], strict: bool = False) -> list[dict]:
-    """Every job on one private copy of the release: mutate, check against the copy's baseline, restore."""
+def run_baseline(copy: Path, seed: int | None, out: Path, files: list[str], timeout: float) -> dict:
+    """The unmutated copy's report under the CI profile (traced: which lines run) or another seed."""
+    extra = ["--deadline", "0", "--json", str(out)] + ([] if seed is None else ["--seed", str(seed)])
+    traced = None if seed is not None else (out.with_suffix(".lines.json"), [copy / f for f in files])
+    started = time.perf_counter()
+    code = check(copy, extra, timeout=timeout, traced=traced)
+    seconds = round(time.perf_counter() - started, 1)
+    report = json.loads(out.read_text()) if out.is_file() else {}
+    examples = {r["check"]: r.get("examples") for r in report.get("results", ())}
+    search = "ci" if seed is None else f"seed {seed}"
+    print(f"[baseline {search}] exit {code} in {seconds} s, {len(examples)} checks", flush=True)
+    lines: dict[str, list[int]] = {}
+    if traced is not None and traced[0].is_file():
+        by_path = json.loads(traced[0].read_text())
+        lines = {f: by_path.get(os.path.realpath(copy / f), []) for f in files}
+    return {"search": search, "seed": seed, "exit": code, "seconds": seconds, "examples": examples,
+            "report": str(out), "lines": lines}  # fmt: skip
+
+
+def run_worker(
+    copy: Path, jobs: list[dict], baselines: list[str], deadline: float, timeout: float
+) -> list[dict]:
+    """Every job on one private copy of the release: mutate, check against the baselines, restore."""
     from cosmic_ray.mutating import mutate_code
     from cosmic_ray.plugins import get_operator
 
-    rules = copy / RULES_FILE
-    original = rules.read_text()
-    baseline = copy.parent / f"{copy.name}-baseline.json"
-    check(copy, "--json", str(baseline))
+    known = tolerated(json.loads(Path(b).read_text()) for b in baselines)
+    originals: dict[str, str] = {}
+    report = copy.parent / f"{copy.name}-mutant.json"
     results = []
     for job in jobs:
+        path = copy / job["file"]
+        original = originals.setdefault(job["file"], path.read_text())
         mutated = mutate_code(original, get_operator(job["operator"])(), job["occurrence"])
         if mutated is None:
-            results.append({**job, "outcome": "not applied"})
+            results.append({**job, "outcome": NOT_APPLIED, "strict": NOT_APPLIED})
             continue
-        rules.write_text(mutated)
+        report.unlink(missing_ok=True)
+        path.write_text(mutated)
         started = time.perf_counter()
-        code = check(copy, "--baseline", str(baseline), "--fail-fast", *(["--strict"] if strict else []))
-        rules.write_text(original)
-        outcome = OUTCOMES.get(code, f"exit {code}")
-        lines = difflib.unified_diff(original.splitlines(True), mutated.splitlines(True), n=0)
-        diff = "".join(lines).split("\n", 2)[-1]  # without the file header lines
+        extra = [a for b in baselines for a in ("--baseline", b)]
+        extra += ["--fail-fast", "--deadline", str(deadline), "--json", str(report)]
+        try:
+            code = check(copy, extra, timeout=timeout)
+        finally:
+            path.write_text(original)
         seconds = round(time.perf_counter() - started, 1)
-        results.append({**job, "outcome": outcome, "seconds": seconds, "diff": diff})
-        where = f"{job['function']} line {job['line']} ({job['operator'].removeprefix('core/')})"
-        print(f"[{copy.name} {len(results)}/{len(jobs)}] {where}: {outcome} in {seconds} s", flush=True)
+        findings = new_findings(json.loads(report.read_text()), known) if report.is_file() else []
+        outcome, strict = verdicts(code, findings)
+        results.append(
+            {**job, "outcome": outcome, "strict": strict, "seconds": seconds,
+             "new": findings, "diff": diff_of(original, mutated)}
+        )  # fmt: skip
+        where = f"{job['file'].rsplit('/', 1)[-1]} {job['function']} line {job['line']}"
+        shown = outcome if strict == outcome else f"{outcome} (--strict: {strict})"
+        progress = f"[{copy.name} {len(results)}/{len(jobs)}]"
+        print(
+            f"{progress} {where} ({job['operator'][5:]}): {shown} in {seconds} s",
+            flush=True,
+        )
     return results
 
 
-def main() -> int:
+def diff_of(original: str, mutated: str) -> str:
+    lines = difflib.unified_diff(original.splitlines(True), mutated.splitlines(True), n=0)
+    return "".join(lines).split("\n", 2)[-1]  # without the file header lines
+
+
+def earlier_survivors(path: str, key: str) -> set[tuple[str, str, int]]:
+    """``(file, operator, occurrence)`` of an earlier run's survivors (its list or its object)."""
+    earlier = json.loads(Path(path).read_text())
+    mutants = earlier["mutants"] if isinstance(earlier, dict) else earlier
+    return {
+        (m.get("file", SGLANG_RULES), m["operator"], m["occurrence"])
+        for m in mutants
+        if m.get(key, m["outcome"]) == SURVIVED
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--release", default="0.5.23", help="the SGLang release whose rules file is mutated")
+    parser.add_argument(
+        "--engine", choices=sorted(ENGINES), help="default: sglang, or the one --release names"
+    )
+    parser.add_argument(
+        "--release", help="X or ENGINE==X (defaults: sglang==0.5.23, vllm==0.33.0), fetched into the cache"
+    )
+    parser.add_argument(
+        "--file", action="append", metavar="PATH",
+        help="a file of the release to mutate (repeatable); default:"
+        f" {SGLANG_RULES} (else {SGLANG_OLD_RULES}) for SGLang, {len(VLLM_FILES)} files for vLLM",
+    )  # fmt: skip
+    parser.add_argument(
+        "--function", action="append", help="only mutants inside these functions (NAME or Class.method;"
+        " replaces each file's default set of driven functions)",
+    )  # fmt: skip
     parser.add_argument(
         "-n", "--workers", type=count, default="auto", help="copies checked at once, or auto (one per core)"
     )
-    parser.add_argument("--limit", type=int, help="only the first N mutants (a quick look)")
-    parser.add_argument("--function", action="append", help="only mutants inside these functions")
-    parser.add_argument("--json", help="write every mutant's outcome here")
-    parser.add_argument("--strict", action="store_true", help="a new hazard or could-not-test kills too")
+    parser.add_argument("--limit", type=int, help="only the first N mutants reached (a quick look)")
+    parser.add_argument(
+        "--baseline-seeds", type=int, default=2, metavar="K",
+        help="baselines: the CI profile and --seed 1..K (default 2)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--deadline", type=float, default=DEADLINE_S, help="seconds per case in a mutant's run"
+    )
+    parser.add_argument("--timeout", type=float, default=TIMEOUT_S, help="seconds per mutant's whole run")
+    parser.add_argument(
+        "--all-lines", action="store_true", help="run mutants on lines the CI run never reaches"
+    )
+    parser.add_argument("--json", help="write the baselines and every mutant's outcome here")
+    parser.add_argument(
+        "--strict", action="store_true",
+        help="survivors (and --survivors-of) by the strict verdict; both kill rates are always shown",
+    )  # fmt: skip
     parser.add_argument(
         "--survivors-of", metavar="JSON", help="only the mutants that survived in an earlier run's --json"
     )
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
+    try:
+        engine, version = parse_release(args.release, args.engine)
+    except ValueError as error:
+        parser.error(str(error))
+    key = "strict" if args.strict else "outcome"
 
-    from mmharness.engines.sglang.adapter import fetch
+    release = Path(importlib.import_module(f"mmharness.engines.{engine}.adapter").fetch(version))
+    files = args.file or default_files(engine, release)
+    for name in files:
+        if not (release / name).is_file():
+            parser.error(f"{engine}=={version} has no {name} (under {release})")
+        if args.function is None and name not in DRIVEN:
+            print(f"note: no default function set for {name}: every function is mutated (give --function)")
+    jobs = []
+    for name in files:
+        wanted = args.function if args.function is not None else DRIVEN.get(name, EVERY)
+        jobs += mutations(release / name, name, wanted, bare=args.function is not None)
+        present = {f for f, _, _ in functions_of((release / name).read_text())}
+        absent = sorted(set(wanted or ()) - present - {w.rsplit(".", 1)[-1] for w in present})
+        if absent and args.function is not None:
+            print(f"note: {name} has no {', '.join(absent)}")
+    if args.survivors_of:
+        alive = earlier_survivors(args.survivors_of, key)
+        jobs = [job for job in jobs if (job["file"], job["operator"], job["occurrence"]) in alive]
 
-    release = fetch(args.release)
     with tempfile.TemporaryDirectory(prefix="mmharness-mutation-") as scratch:
         workdir = Path(scratch)
-        copies = []
-        for k in range(args.workers):
-            copies.append(workdir / f"copy{k}")
-            shutil.copytree(release, copies[-1])
-        jobs = mutations(copies[0] / RULES_FILE, workdir)
-        if args.function:
-            jobs = [job for job in jobs if job["function"] in args.function]
-        if args.survivors_of:
-            earlier = json.loads(Path(args.survivors_of).read_text())
-            alive = {(r["operator"], r["occurrence"]) for r in earlier if r["outcome"] == "survived"}
-            jobs = [job for job in jobs if (job["operator"], job["occurrence"]) in alive]
-        jobs = jobs[: args.limit] if args.limit else jobs
-        print(f"{len(jobs)} mutants of {RULES_FILE} in sglang=={args.release}, {args.workers} workers")
-        shares = [jobs[k :: args.workers] for k in range(args.workers)]
+        copies = [workdir / f"copy{k}" for k in range(args.workers)]
+        for copy in copies:
+            shutil.copytree(release, copy)
+        seeds = [None, *range(1, args.baseline_seeds + 1)]
+        outs = [workdir / ("baseline-ci.json" if s is None else f"baseline-seed{s}.json") for s in seeds]
+        print(f"{engine}=={version}: baselines of the unmutated copy (ci, seeds 1..{args.baseline_seeds})")
         with ProcessPoolExecutor(max_workers=args.workers) as pool:
-            stricts = [args.strict] * len(copies)
-            results = [r for part in pool.map(run_worker, copies, shares, stricts) for r in part]
-    report(results)
+            runs = list(pool.map(
+                run_baseline, [copies[k % len(copies)] for k in range(len(seeds))], seeds, outs,
+                [files] * len(seeds), [args.timeout * 10] * len(seeds),
+            ))  # fmt: skip
+        usable = [str(out) for run, out in zip(runs, outs, strict=True) if Path(out).is_file()]
+        if len(usable) < len(runs) or runs[0]["exit"] not in (0, 1, 3):
+            print("a baseline run of the unmutated copy did not report; see above", file=sys.stderr)
+            return 2
+        lines = {name: set(seen) for name, seen in runs[0]["lines"].items()}
+        skipped = []
+        if not args.all_lines:
+            skipped = [
+                {**job, "outcome": NOT_REACHED, "strict": NOT_REACHED}
+                for job in jobs
+                if not reached(job, lines.get(job["file"], set()))
+            ]
+            jobs = [job for job in jobs if reached(job, lines.get(job["file"], set()))]
+        jobs = jobs[: args.limit] if args.limit else jobs
+        shown = ", ".join(files)
+        print(f"{len(jobs)} mutants of {shown} ({len(skipped)} not reached), {args.workers} workers")
+        shares = [jobs[k :: args.workers] for k in range(args.workers)]
+        count_ = len(copies)
+        with ProcessPoolExecutor(max_workers=args.workers) as pool:
+            parts = pool.map(
+                run_worker,
+                copies,
+                shares,
+                [usable] * count_,
+                [args.deadline] * count_,
+                [args.timeout] * count_,
+            )
+            results = [r for part in parts for r in part]
+    order = {(j["file"], j["operator"], j["occurrence"]): k for k, j in enumerate(jobs)}
+    results.sort(key=lambda r: order[(r["file"], r["operator"], r["occurrence"])])
+    baselines = [{k: v for k, v in run.items() if k not in ("report", "lines")} for run in runs]
+    report(results, skipped, baselines, strict=args.strict)
     if args.json:
-        Path(args.json).write_text(json.dumps(results, indent=2) + "\n")
+        document = {
+            "format": FORMAT, "engine": engine, "release": version, "files": files,
+            "functions": args.function, "baseline_seeds": args.baseline_seeds, "baselines": baselines,
+            "deadline": args.deadline, "timeout": args.timeout, "limit": args.limit,
+            "mutants": results + skipped,
+        }  # fmt: skip
+        Path(args.json).write_text(json.dumps(document, indent=2) + "\n")
     return 0
 
 
-def report(results: list[dict]) -> None:
-    per_function: dict[str, list[dict]] = defaultdict(list)
-    for result in results:
-        if result["outcome"] != "not applied":
-            per_function[result["function"]].append(result)
-    total = killed = 0
-    print(f"\n{'function':<40} {'killed':>7} {'of':>4} {'score':>7}")
-    for name, mutants in sorted(per_function.items()):
-        dead = sum(m["outcome"] in ("killed", "timed out") for m in mutants)
-        total, killed = total + len(mutants), killed + dead
-        print(f"{name:<40} {dead:>7} {len(mutants):>4} {dead / len(mutants):>7.1%}")
-    if total:
-        print(f"{'all':<40} {killed:>7} {total:>4} {killed / total:>7.1%}")
-    print("\nsurvivors:")
-    for result in results:
-        if result["outcome"].startswith("survived"):
-            where = f"{result['function']} line {result['line']} ({result['operator']})"
-            print(f"--- {where}: {result['outcome']}")
-            print(result["diff"].rstrip())
+def report(results: list[dict], skipped: list[dict], baselines: list[dict], *, strict: bool) -> None:
+    """Kill rates per file and function (plain and --strict), then the survivors with their diffs."""
+    for run in baselines:
+        depth = sorted(set(run["examples"].values()) - {None})
+        print(f"baseline {run['search']}: exit {run['exit']}, examples per check {depth}")
+    groups: dict[tuple[str, str], list[dict]] = defaultdict(list)
+    for mutant in [*results, *skipped]:
+        groups[(mutant["file"], mutant["function"])].append(mutant)
+    columns = ("killed", "of", "score", "strict", "score", "unreached")
+    header = f"{'file / function':<60} " + " ".join(
+        f"{c:>{max(len(c), 7) if c != 'of' else 4}}" for c in columns
+    )
+    print(f"\n{header}")
+    for file in sorted({f for f, _ in groups}):
+        print(file)
+        for (owner, name), mutants in sorted(groups.items()):
+            if owner == file:
+                print(_line(f"  {name}", mutants))
+        print(_line("  (file)", [m for (owner, _), ms in groups.items() if owner == file for m in ms]))
+    print(_line("all", [*results, *skipped]))
+    errors = [r for r in results if r["outcome"].startswith("error")]
+    if errors:
+        print(f"\n{len(errors)} mutant(s) whose run ended in an error (not counted):")
+        for r in errors:
+            print(f"  {r['file']} {r['function']} line {r['line']} ({r['operator']}): {r['outcome']}")
+    deadline_only = [
+        r for r in results if r["outcome"] == KILLED and r.get("new")
+        and all(f["signature"] == "did not finish in N s" for f in r["new"])
+    ]  # fmt: skip
+    if deadline_only:
+        print(f"\n{len(deadline_only)} kill(s) by the per-case deadline alone")
+    key = "strict" if strict else "outcome"
+    print(f"\nsurvivors{' under --strict' if strict else ''}:")
+    for r in results:
+        if r[key] == SURVIVED:
+            print(
+                f"--- {r['file']} {r['function']} line {r['line']} ({r['operator']}),"
+                f" occurrence {r['occurrence']}"
+            )
+            print(r["diff"].rstrip())
+    if not strict:
+        caught = [r for r in results if r["outcome"] == SURVIVED and r["strict"] == KILLED]
+        for r in caught:
+            kinds = sorted({f"{f['check']}: {f['signature']}" for f in r["new"]})
+            print(f"  (line {r['line']} {r['operator'][5:]} is killed under --strict: {'; '.join(kinds)})")
+
+
+def _line(label: str, mutants: list[dict]) -> str:
+    killed, counted = score(mutants, "outcome")
+    strict_killed, _ = score(mutants, "strict")
+    unreached = sum(m["outcome"] == NOT_REACHED for m in mutants)
+    rate = f"{killed / counted:>7.1%}" if counted else f"{'-':>7}"
+    strict_rate = f"{strict_killed / counted:>7.1%}" if counted else f"{'-':>7}"
+    return f"{label:<60} {killed:>7} {counted:>4} {rate} {strict_killed:>7} {strict_rate} {unreached:>9}"
 
 
 if __name__ == "__main__":

@@ -1,0 +1,132 @@
+"""The mutation benchmark's pure helpers: which functions count, verdicts, baselines (no cosmic-ray run)."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+import pytest
+
+_PATH = Path(__file__).resolve().parent.parent / "benchmarks" / "mutation_score.py"
+_SPEC = importlib.util.spec_from_file_location("mutation_score", _PATH)
+ms = importlib.util.module_from_spec(_SPEC)
+_SPEC.loader.exec_module(ms)
+
+SOURCE = """
+def top(a):
+    def inner(b):
+        return b + 1
+    return inner(a)
+
+class Scheduler:
+    def _try_schedule(self, x):
+        return x < 1
+
+    def schedule(self):
+        pass
+"""
+
+
+def test_functions_are_top_level_functions_and_methods_with_nested_ones_inside():
+    assert ms.functions_of(SOURCE) == [
+        ("top", 2, 5),
+        ("Scheduler._try_schedule", 8, 9),
+        ("Scheduler.schedule", 11, 12),
+    ]
+
+
+def test_a_default_set_matches_qualified_names_and_function_a_bare_method_name():
+    assert ms.chosen("Scheduler._try_schedule", None)
+    assert ms.chosen("Scheduler._try_schedule", ("Scheduler._try_schedule",))
+    assert not ms.chosen("Other._try_schedule", ("Scheduler._try_schedule",))
+    assert not ms.chosen("Scheduler._try_schedule", ("_try_schedule",))
+    assert ms.chosen("Scheduler._try_schedule", ("_try_schedule",), bare=True)
+
+
+@pytest.mark.parametrize(
+    ("release", "engine", "expected"),
+    [
+        (None, None, ("sglang", "0.5.23")),
+        ("0.5.17", None, ("sglang", "0.5.17")),
+        ("vllm==0.33.0", None, ("vllm", "0.33.0")),
+        (None, "vllm", ("vllm", "0.33.0")),
+        ("0.20.0", "vllm", ("vllm", "0.20.0")),
+    ],
+)
+def test_a_release_is_x_with_an_engine_or_engine_x(release, engine, expected):
+    assert ms.parse_release(release, engine) == expected
+
+
+def test_a_release_naming_another_engine_or_an_unknown_one_is_refused():
+    with pytest.raises(ValueError, match="names vllm"):
+        ms.parse_release("vllm==0.33.0", "sglang")
+    with pytest.raises(ValueError, match="unknown engine"):
+        ms.parse_release("trt==1.0", None)
+
+
+def test_every_default_file_has_a_default_function_set():
+    assert set(ms.VLLM_FILES) <= set(ms.DRIVEN)
+    assert {ms.SGLANG_RULES, ms.SGLANG_OLD_RULES} <= set(ms.DRIVEN)
+    assert {"get_new_expanded_mm_items", "_try_simple_split"} <= set(ms.DRIVEN[ms.SGLANG_OLD_RULES])
+
+
+def test_a_mutant_is_reached_when_any_line_it_spans_ran():
+    mutant = {"line": 10, "end_line": 12}
+    assert ms.reached(mutant, {12})
+    assert not ms.reached(mutant, {9, 13})
+    assert ms.reached({"line": 4}, {4})
+
+
+def _report(*findings):
+    results = {}
+    for check, kind, signature in findings:
+        results.setdefault(check, []).append({"kind": kind, "signature": signature})
+    return {"results": [{"check": c, "device": "cpu", "findings": f} for c, f in results.items()]}
+
+
+def test_new_findings_are_those_no_baseline_holds_by_check_device_and_signature():
+    known = ms.tolerated([_report(("a", "hazard", "s1")), _report(("b", "divergence", "s2"))])
+    mutant = _report(("a", "hazard", "s1"), ("a", "hazard", "s3"), ("b", "divergence", "s1"))
+    assert ms.new_findings(mutant, known) == [
+        {"check": "a", "kind": "hazard", "signature": "s3"},
+        {"check": "b", "kind": "divergence", "signature": "s1"},
+    ]
+
+
+def test_verdicts_plain_and_strict_from_one_run():
+    hazard = [{"check": "a", "kind": "hazard", "signature": "s"}]
+    assert ms.verdicts(1, []) == (ms.KILLED, ms.KILLED)
+    assert ms.verdicts(-1, []) == (ms.TIMED_OUT, ms.TIMED_OUT)
+    assert ms.verdicts(0, []) == (ms.SURVIVED, ms.SURVIVED)
+    assert ms.verdicts(0, hazard) == (ms.SURVIVED, ms.KILLED)
+    assert ms.verdicts(3, [{"check": "a", "kind": "could-not-test", "signature": "g"}]) == (
+        ms.SURVIVED,
+        ms.KILLED,
+    )
+    assert ms.verdicts(2, []) == ("error (exit 2)", "error (exit 2)")
+
+
+def test_the_score_leaves_out_errors_unreached_and_unapplied_mutants():
+    mutants = [
+        {"outcome": ms.KILLED}, {"outcome": ms.TIMED_OUT}, {"outcome": ms.SURVIVED},
+        {"outcome": ms.NOT_REACHED}, {"outcome": ms.NOT_APPLIED}, {"outcome": "error (exit 2)"},
+    ]  # fmt: skip
+    assert ms.score(mutants, "outcome") == (2, 3)
+
+
+def test_survivors_of_reads_the_new_object_and_the_old_list(tmp_path):
+    old = [
+        {"operator": "o", "occurrence": 1, "outcome": "survived"},
+        {"operator": "o", "occurrence": 2, "outcome": "killed"},
+    ]
+    (tmp_path / "old.json").write_text(json.dumps(old))
+    assert ms.earlier_survivors(str(tmp_path / "old.json"), "outcome") == {(ms.SGLANG_RULES, "o", 1)}
+    new = {
+        "mutants": [
+            {"file": "f.py", "operator": "o", "occurrence": 3, "outcome": "survived", "strict": "killed"}
+        ]
+    }
+    (tmp_path / "new.json").write_text(json.dumps(new))
+    assert ms.earlier_survivors(str(tmp_path / "new.json"), "outcome") == {("f.py", "o", 3)}
+    assert ms.earlier_survivors(str(tmp_path / "new.json"), "strict") == set()
