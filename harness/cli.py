@@ -105,6 +105,12 @@ def _parser() -> argparse.ArgumentParser:
     check.add_argument("--strict", action="store_true", help="hazards and could-not-test fail the run too")
     check.add_argument("--fail-fast", action="store_true", help="stop at the first check that fails the run")
     check.add_argument(
+        "--coverage",
+        action="store_true",
+        help="measure the branch coverage of the target's rule functions (coverage.py, the `coverage` extra):"
+        " a table, the unreached branches with why, and the figures in --json",
+    )
+    check.add_argument(
         "-n",
         "--workers",
         default="1",
@@ -357,7 +363,7 @@ def _findings_option(argv: list[str]) -> str:
 
 
 def _check(args: argparse.Namespace) -> int:
-    from mmharness import baseline, interrupts, report
+    from mmharness import baseline, interrupts, reach, report
     from mmharness.progress import Progress, summary_table
     from mmharness.runner import cuda_available, run_check
     from mmharness.workers import ordered
@@ -379,8 +385,11 @@ def _check(args: argparse.Namespace) -> int:
     devices = ["cpu", "cuda"] if args.device == "all" else [args.device]
     if args.device == "cuda" and not cuda_available():
         raise UsageError("--device cuda: no CUDA device is visible (try --device cpu)")
+    measured = _coverage_files(target) if args.coverage else None
     color = report.use_color(sys.stdout)
     _print_header(target, args.target)
+    if args.coverage and not measured:
+        print(f"coverage: {args.target} loads no engine files: nothing to measure\n")
     results = []
     interrupted = False
 
@@ -398,8 +407,14 @@ def _check(args: argparse.Namespace) -> int:
         "deadline": args.deadline,
     }
     produced = None
+    reached, recorder = None, None
+    if measured:
+        reached = reach.Reached()
+        recorder = reach.Recorder(measured) if workers == 1 else None
     with interrupts.handled():
         try:
+            if recorder is not None:
+                recorder.start()
             with Progress(len(units), "checks") as progress:
                 # Interrupted, ``ordered`` yields what had started (the checks in progress with their
                 # partial results, ``interrupted``), serially or with workers, then raises ``Stop``.
@@ -412,11 +427,14 @@ def _check(args: argparse.Namespace) -> int:
                         1,
                     )
                 else:
-                    work = [(args.target, c.id, d, args.database, options) for c, d in units]
+                    work = [(args.target, c.id, d, args.database, options, measured) for c, d in units]
                     produced = ordered(_check_in_worker, work, min(workers, len(units)))
                 for check, _ in units:
                     progress.start(check.id)
                     result = next(produced)
+                    if reached is not None:  # a worker's answer carries the arcs it reached
+                        result, arcs = reach.unwrapped(result)
+                        reached.add(arcs)
                     keep(result)
                     if result.interrupted:  # stopped part-way: its findings are in the report below
                         continue
@@ -433,6 +451,8 @@ def _check(args: argparse.Namespace) -> int:
         finally:
             if produced is not None:
                 produced.close()  # stops the workers
+            if recorder is not None:
+                reached.add(recorder.stop())
     tolerated = 0
     for result in results:
         for finding in result.findings:
@@ -460,9 +480,18 @@ def _check(args: argparse.Namespace) -> int:
         print(f"note: {deeper}")
     for entry in known.stale(results) if known else ():
         print(f"stale baseline entry (did not reproduce): {entry.check} [{entry.device}] {entry.signature}")
+    figures = None
+    if reached is not None:
+        figures = reach.analyse(target, measured, reached)
+        print("\n" + reach.render(figures))
     if args.json:
         data = report.as_json(
-            results, args.target, strict=args.strict, identity=current, interrupted=interrupted
+            results,
+            args.target,
+            strict=args.strict,
+            identity=current,
+            interrupted=interrupted,
+            coverage=figures,
         )
         report.write(args.json, json.dumps(data, indent=2) + "\n")
     if args.junit:
@@ -565,13 +594,35 @@ def _baseline(paths: list[str] | None, current: dict):
         raise UsageError(f"--baseline {error}") from None
 
 
-def _check_in_worker(spec: str, check_id: str, device: str, database: str | None, options: dict):
-    """One check in a worker process: the target is loaded once per process, the database opened there."""
+def _check_in_worker(
+    spec: str, check_id: str, device: str, database: str | None, options: dict, measured: list | None = None
+):
+    """One check in a worker process: the target is loaded once per process, the database opened there.
+    ``measured``: the engine files to measure (``--coverage``); the answer then carries the arcs reached."""
     from mmharness.checks import all_checks
     from mmharness.runner import run_check
 
     opened = _database(database, options["profile"])
-    return run_check(all_checks()[check_id], _loaded(spec), device=device, database=opened, **options)
+    check, target = all_checks()[check_id], _loaded(spec)
+    if measured:
+        from mmharness import reach
+
+        return reach.measured_call(
+            measured, run_check, check, target, device=device, database=opened, **options
+        )
+    return run_check(check, target, device=device, database=opened, **options)
+
+
+def _coverage_files(target) -> list[str]:
+    """``--coverage``: the target's engine files (none: nothing to measure), once coverage.py is known to
+    be installed: before any check runs."""
+    from mmharness import reach
+
+    try:
+        reach.available()
+    except reach.CoverageMissing as error:
+        raise UsageError(str(error)) from None
+    return reach.engine_files(target)
 
 
 _LOADED: dict = {}

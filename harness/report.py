@@ -138,8 +138,11 @@ def as_json(
     strict: bool = False,
     identity: dict | None = None,
     interrupted: bool = False,
+    coverage: dict | None = None,
 ) -> dict:
-    return {
+    """The report; ``coverage`` (``mmharness.reach.analyse``'s figures, ``check --coverage``) is kept
+    under that key when given."""
+    document = {
         "format": "mmharness.report/2",
         "target": target_spec,
         "identity": identity or {},
@@ -175,6 +178,9 @@ def as_json(
             for r in results
         ],
     }
+    if coverage is not None:
+        document["coverage"] = coverage
+    return document
 
 
 def as_junit(

@@ -1,0 +1,460 @@
+"""What a run reached of a target's engine code: ``mmharness check --coverage``.
+
+coverage.py (branch coverage) measures only the files the target loaded
+(``describe()["files"]``: the loader compiles each by its real path, so the
+code coverage.py sees is the file on disk), and only while checks run: the
+load's module-level code is not counted. With ``-n N`` each worker measures
+its units and returns the arcs it saw beside the result (``measured_call``);
+the parent takes the union (``Reached``), so a parallel run reports what a
+serial one does.
+
+The figures are per *rule function*: the functions the target declares
+(``target.rule_functions()`` when it has one, else the functions it found,
+``target.functions.found``), and every function of the loaded files that the
+run entered at least once. Each function's lines come from ``ast`` (its body,
+less the bodies of functions nested in it, which count on their own); its
+branches are coverage.py's (a line with more than one exit; each exit one
+branch). Every branch no run took is listed with a reason read from the source
+(``REASONS``): the condition that guards it, or the condition of an enclosing
+block that never ran. A reason whose branch cannot be reached on a CPU run
+(CUDA, another platform, distributed, IPC) leaves it out of the CPU-reachable
+figure.
+
+coverage.py is imported only here, and only by a run that measures.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+Arc = tuple[int, int]
+
+REASONS: tuple[tuple[str, str, bool], ...] = (
+    # (pattern in the guarding source, reason, reachable on a CPU run); the first match wins
+    (r"cuda_ipc|CudaIpc|(?<![A-Za-z])ipc(?![A-Za-z])|_ipc\b", "IPC", False),
+    (
+        r"\bis_cuda\b|torch\.cuda\b|\.type\s*[!=]=\s*[\"']cuda|[\"']cuda[\"']\s*[!=]=|device\s*[!=]=\s*[\"']cuda"
+        r"|\.cuda\(\)|pin_memory|non_blocking",
+        "CUDA",
+        False,
+    ),
+    (
+        r"\b_?is_(?:hip|npu|xpu|mps|musa|tpu|rocm|hpu|gaudi)\b|current_platform\.is_(?!cuda)\w+"
+        r"|\bis_(?:hip|npu|xpu)\(\)",
+        "another platform",
+        False,
+    ),
+    (
+        r"tp_size\s*>\s*1|\b(?:pp|dp|ep|cp)_size\s*>\s*1|torch\.distributed|\bdist\.|get_tensor_model_parallel"
+        r"|get_(?:pp|dp|tp)_group|world_size|is_driver_worker|\brank\b",
+        "distributed",
+        False,
+    ),
+    (
+        r"^\s*(?:(?:self|cls)\.)?(?:_?logger|logging|log)\.\w+\(|warnings\.warn\(|\bwarning_once\(|\bprint\(",
+        "logging only",
+        True,
+    ),
+)
+"""How an unreached branch is explained, from the source: a table, so a reason is one row."""
+NOT_REACHED = "not reached"
+NOT_ENTERED = "function not entered"
+_REASONS = [(re.compile(pattern, re.MULTILINE), reason, cpu) for pattern, reason, cpu in REASONS]
+_CPU_REACHABLE = {reason: cpu for _, reason, cpu in REASONS} | {NOT_REACHED: True, NOT_ENTERED: True}
+
+
+class CoverageMissing(Exception):
+    """coverage.py is not installed (the ``coverage`` extra)."""
+
+
+def available() -> None:
+    """Raise ``CoverageMissing`` when coverage.py cannot be imported."""
+    try:
+        import coverage  # noqa: F401
+    except ImportError:
+        raise CoverageMissing("--coverage needs coverage.py: pip install 'mmharness[coverage]'") from None
+
+
+def engine_files(target: Any) -> list[str]:
+    """The Python files the target loaded (its ``describe()["files"]``), as they are on disk."""
+    files = target.describe().get("files") or []
+    return sorted({str(Path(f).resolve()) for f in files if str(f).endswith(".py") and Path(f).is_file()})
+
+
+# Measuring ----------------------------------------------------------------------------------------
+
+_QUIET = ["no-data-collected", "module-not-measured", "module-not-imported", "no-ctracer", "no-sysmon"]
+
+
+def _coverage(files: Iterable[str]) -> Any:
+    import coverage
+
+    measure = coverage.Coverage(data_file=None, branch=True, config_file=False, include=sorted(files))
+    measure.set_option("run:disable_warnings", _QUIET)
+    return measure
+
+
+class Recorder:
+    """Measures the given files between ``start`` and ``stop``; ``stop`` answers the arcs seen."""
+
+    def __init__(self, files: Iterable[str]) -> None:
+        self.files = sorted(files)
+        self._measure = _coverage(self.files)
+        self._running = False
+
+    def start(self) -> None:
+        self._measure.start()
+        self._running = True
+
+    def stop(self) -> dict[str, set[Arc]]:
+        if self._running:
+            self._measure.stop()
+            self._running = False
+        data = self._measure.get_data()
+        return {name: set(data.arcs(name) or ()) for name in data.measured_files()}
+
+
+@dataclass
+class Reached:
+    """The union of the arcs every unit saw, per file."""
+
+    arcs: dict[str, set[Arc]] = field(default_factory=dict)
+
+    def add(self, arcs: Mapping[str, Iterable[Arc]] | None) -> None:
+        for name, seen in (arcs or {}).items():
+            self.arcs.setdefault(name, set()).update(seen)
+
+
+@dataclass(frozen=True)
+class Measured:
+    """A worker's answer when it measures: the unit's own answer and the arcs it reached."""
+
+    answer: Any
+    arcs: dict[str, set[Arc]]
+
+
+def measured_call(files: list[str], function: Callable[..., Any], *args: Any, **kwargs: Any) -> Measured:
+    """``function(*args, **kwargs)`` measured; interrupted, its partial answer (``stop.result``) is
+    wrapped with what it reached, so the parent keeps both."""
+    recorder = Recorder(files)
+    recorder.start()
+    try:
+        answer = function(*args, **kwargs)
+    except KeyboardInterrupt as stop:
+        if hasattr(stop, "result"):
+            stop.result = Measured(stop.result, recorder.stop())
+        raise
+    finally:
+        arcs = recorder.stop()  # once stopped, ``stop`` answers the same arcs again
+    return Measured(answer, arcs)
+
+
+def unwrapped(answer: Any) -> tuple[Any, dict[str, set[Arc]] | None]:
+    """A worker's answer as ``(answer, arcs)``; an answer that was not measured has no arcs."""
+    if isinstance(answer, Measured):
+        return answer.answer, answer.arcs
+    return answer, None
+
+
+# Functions ----------------------------------------------------------------------------------------
+
+
+@dataclass
+class Function:
+    """One function of a file, by ``ast``: where it starts, and the lines of its own body."""
+
+    qualname: str
+    first: int
+    """Its first line: the first decorator's, else the ``def``'s (a code object's ``co_firstlineno``)."""
+    last: int
+    own: set[int]
+    """Its body's lines, less those of the functions nested in it."""
+
+
+def functions_of(source: str) -> dict[str, Function]:
+    """Every function and method of a module, by qualified name (``Class.method``, ``outer.inner``); a
+    name defined again (a property's setter, a definition per platform) is ``name@LINE`` the next times."""
+    tree = ast.parse(source)
+    found: dict[str, Function] = {}
+
+    def body(node: ast.FunctionDef | ast.AsyncFunctionDef) -> set[int]:
+        return set(range(node.body[0].lineno, (node.end_lineno or node.lineno) + 1))
+
+    def visit(node: ast.AST, prefix: str) -> None:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                first = min([child.lineno, *(d.lineno for d in child.decorator_list)])
+                name = f"{prefix}{child.name}"
+                own = body(child)
+                for nested in ast.walk(child):
+                    if nested is not child and isinstance(nested, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                        own -= body(nested)
+                key = name if name not in found else f"{name}@{first}"
+                found[key] = Function(key, first, child.end_lineno or child.lineno, own)
+                visit(child, f"{name}.")
+            elif isinstance(child, ast.ClassDef):
+                visit(child, f"{prefix}{child.name}.")
+            else:
+                visit(child, prefix)
+
+    visit(tree, "")
+    return found
+
+
+def conditions_of(source: str) -> dict[int, tuple[str, range]]:
+    """Line of a block's head -> (its condition's source, the lines it guards), for ``if``/``while``
+    (and ``elif``), ``for``, ``with``, ``assert`` and conditional expressions."""
+    tree = ast.parse(source)
+    lines = source.splitlines()
+    found: dict[int, tuple[str, range]] = {}
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.If, ast.While, ast.IfExp, ast.Assert)):
+            text = _segment(lines, node.test)
+        elif isinstance(node, (ast.For, ast.AsyncFor)):
+            text = _segment(lines, node.iter)
+        elif isinstance(node, (ast.With, ast.AsyncWith)):
+            text = ", ".join(_segment(lines, item.context_expr) for item in node.items)
+        else:
+            continue
+        end = node.end_lineno or node.lineno
+        found.setdefault(node.lineno, (text, range(node.lineno, end + 1)))
+    return found
+
+
+def _segment(lines: list[str], node: ast.expr) -> str:
+    """A node's source (``ast.get_source_segment`` splits the whole source on every call)."""
+    first, last = node.lineno - 1, (node.end_lineno or node.lineno) - 1
+    start, end = node.col_offset, node.end_col_offset
+    if not 0 <= first <= last < len(lines) or end is None:
+        return ""
+    if first == last:
+        return lines[first].encode()[start:end].decode(errors="replace")
+    middle = lines[first + 1 : last]
+    head = lines[first].encode()[start:].decode(errors="replace")
+    tail = lines[last].encode()[:end].decode(errors="replace")
+    return "\n".join([head, *middle, tail])
+
+
+CONDITION, TARGET, ENCLOSING = "condition", "branch target", "enclosing condition"
+"""Where a reason was read: the branch's own condition, the line it goes to, a block around it."""
+
+
+def classify(
+    line: int,
+    target: int,
+    lines: list[str],
+    conditions: Mapping[int, tuple[str, range]],
+    executed: set[int],
+) -> tuple[str, str, str]:
+    """``(reason, where it was read, that source)`` for the branch ``line -> target`` no run took.
+
+    Read in turn: the branch's own condition, the line it would have gone to
+    (code only one platform runs, or logging only), and, when the branch line
+    itself never ran, the conditions of the blocks around it, innermost first.
+    """
+    own = conditions.get(line, (_line(lines, line), range(0)))[0]
+    texts = [(CONDITION, own)]
+    if target > 0:
+        texts.append((TARGET, _line(lines, target)))
+    if line not in executed:
+        around = sorted(
+            (head for head, (_, span) in conditions.items() if head != line and line in span), reverse=True
+        )
+        texts += [(ENCLOSING, conditions[head][0]) for head in around]
+    for where, text in texts:
+        for pattern, reason, _ in _REASONS:
+            if reason == "logging only" and where != TARGET:
+                continue  # logging is read from where the branch goes, never from a condition
+            if pattern.search(text):
+                return reason, where, " ".join(text.split())
+    return NOT_REACHED, CONDITION, " ".join(own.split())
+
+
+def _line(lines: list[str], number: int) -> str:
+    return lines[number - 1] if 0 < number <= len(lines) else ""
+
+
+def declared(target: Any) -> dict[str, Any]:
+    """Name -> function the target declares as its rules: ``target.rule_functions()`` where it has
+    one, else ``target.functions.found`` (objects holding ``fn``)."""
+    hook = getattr(target, "rule_functions", None)
+    if callable(hook):
+        return dict(hook())
+    found = getattr(getattr(target, "functions", None), "found", None)
+    if isinstance(found, Mapping):
+        return {name: getattr(entry, "fn", entry) for name, entry in found.items()}
+    return {}
+
+
+def _where(function: Any) -> tuple[str, int, str] | None:
+    """``(file, first line, qualified name)`` of a function's code, through wrappers."""
+    import inspect
+
+    try:
+        function = inspect.unwrap(function)
+    except ValueError:
+        return None
+    function = getattr(function, "__func__", function)
+    code = getattr(function, "__code__", None)
+    if code is None:
+        return None
+    qualname = getattr(function, "__qualname__", code.co_name).replace("<locals>.", "")
+    return str(Path(code.co_filename).resolve()), code.co_firstlineno, qualname
+
+
+# Analysis -----------------------------------------------------------------------------------------
+
+
+def analyse(target: Any, files: list[str], reached: Reached) -> dict[str, Any]:
+    """The figures a JSON report keeps under ``coverage`` (see ``render`` for the table)."""
+    measure = _coverage(files)
+    data = measure.get_data()
+    data.add_arcs({name: sorted(arcs) for name, arcs in reached.arcs.items() if name in files})
+    wanted: dict[str, set[int]] = {}
+    named: dict[tuple[str, int], str] = {}
+    for name, function in declared(target).items():
+        where = _where(function)
+        if where is not None:
+            wanted.setdefault(where[0], set()).add(where[1])
+            named[(where[0], where[1])] = name
+    report: dict[str, Any] = {"files": {}}
+    for path in files:
+        source = Path(path).read_text(errors="replace")
+        analysis = measure._analyze(path)  # coverage.py's Analysis of this file under the data above
+        stats = analysis.branch_stats()
+        missing = analysis.missing_branch_arcs()
+        lines = source.splitlines()
+        conditions = conditions_of(source)
+        functions = {}
+        for qualname, function in functions_of(source).items():
+            statements = function.own & analysis.statements
+            executed = statements & analysis.executed
+            is_declared = function.first in wanted.get(path, ())
+            if not executed and not is_declared:
+                continue
+            branch_lines = sorted(line for line in stats if line in function.own)
+            total = sum(stats[line][0] for line in branch_lines)
+            taken = sum(stats[line][1] for line in branch_lines)
+            unreached = []
+            for line in branch_lines:
+                for to in sorted(missing.get(line, ()), key=lambda t: (t < 0, abs(t))):
+                    reason, where, text = (
+                        classify(line, to, lines, conditions, analysis.executed)
+                        if executed
+                        else (NOT_ENTERED, CONDITION, " ".join(_line(lines, line).split()))
+                    )
+                    unreached.append(
+                        {
+                            "line": line,
+                            "to": to if to > 0 else "exit",
+                            "reason": reason,
+                            "read_from": where,
+                            "source": text,
+                        }
+                    )
+            off_cpu = sum(not _CPU_REACHABLE[u["reason"]] for u in unreached)
+            functions[qualname] = {
+                "declared_as": named.get((path, function.first)) if is_declared else None,
+                "first_line": function.first,
+                "last_line": function.last,
+                "entered": bool(executed),
+                "percent": _percent(taken, total),
+                "branches": {"reached": taken, "total": total},
+                "cpu_reachable": {"reached": taken, "total": total - off_cpu},
+                "cpu_percent": _percent(taken, total - off_cpu),
+                "lines": {"reached": len(executed), "total": len(statements)},
+                "unreached_lines": sorted(statements - executed),
+                "unreached_branches": unreached,
+            }
+        if functions:
+            report["files"][path] = {"functions": functions}
+    every = [f for entry in report["files"].values() for f in entry["functions"].values()]
+    taken = sum(f["branches"]["reached"] for f in every)
+    total = sum(f["branches"]["total"] for f in every)
+    reachable = sum(f["cpu_reachable"]["total"] for f in every)
+    reasons: dict[str, int] = {}
+    for f in every:
+        for u in f["unreached_branches"]:
+            reasons[u["reason"]] = reasons.get(u["reason"], 0) + 1
+    report["total"] = {
+        "functions": len(every),
+        "percent": _percent(taken, total),
+        "branches": {"reached": taken, "total": total},
+        "cpu_reachable": {"reached": taken, "total": reachable},
+        "cpu_percent": _percent(taken, reachable),
+        "lines": {
+            "reached": sum(f["lines"]["reached"] for f in every),
+            "total": sum(f["lines"]["total"] for f in every),
+        },
+        "unreached_by_reason": dict(sorted(reasons.items())),
+    }
+    return report
+
+
+def _percent(part: int, whole: int) -> float | None:
+    return round(100.0 * part / whole, 1) if whole else None
+
+
+# Output -------------------------------------------------------------------------------------------
+
+
+def _shown(percent: float | None) -> str:
+    return "-" if percent is None else f"{percent:.1f}%"
+
+
+def render(report: Mapping[str, Any]) -> str:
+    """The table (function, branches reached/total, percent, CPU-reachable percent, lines) and the
+    total, then every unreached branch with its reason."""
+    names = {path: Path(path).name for path in report["files"]}
+    rows = [("function", "branches", "percent", "cpu-reachable", "lines")]
+    for path, entry in report["files"].items():
+        for qualname, f in entry["functions"].items():
+            mark = "" if f["entered"] else "  (not entered)"
+            rows.append(
+                (
+                    f"{names[path]}:{qualname}{mark}",
+                    f"{f['branches']['reached']}/{f['branches']['total']}",
+                    _shown(f["percent"]),
+                    _shown(f["cpu_percent"]),
+                    f"{f['lines']['reached']}/{f['lines']['total']}",
+                )
+            )
+    total = report["total"]
+    rows.append(
+        (
+            f"total ({total['functions']} functions)",
+            f"{total['branches']['reached']}/{total['branches']['total']}",
+            _shown(total["percent"]),
+            _shown(total["cpu_percent"]),
+            f"{total['lines']['reached']}/{total['lines']['total']}",
+        )
+    )
+    widths = [max(len(row[k]) for row in rows) for k in range(len(rows[0]))]
+    out = ["branch coverage of the rule functions (what the checks reached):"]
+    for k, row in enumerate(rows):
+        if k == len(rows) - 1:
+            out.append("  " + "  ".join("-" * w for w in widths))
+        cells = [
+            row[0].ljust(widths[0]),
+            *(cell.rjust(w) for cell, w in zip(row[1:], widths[1:], strict=True)),
+        ]
+        out.append("  " + "  ".join(cells).rstrip())
+    unreached = [
+        (names[path], qualname, u)
+        for path, entry in report["files"].items()
+        for qualname, f in entry["functions"].items()
+        for u in f["unreached_branches"]
+    ]
+    if unreached:
+        by_reason = ", ".join(f"{reason} {n}" for reason, n in total["unreached_by_reason"].items())
+        out.append(f"unreached branches ({len(unreached)}: {by_reason}):")
+        for name, qualname, u in unreached:
+            source = u["source"] if len(u["source"]) <= 70 else u["source"][:67] + "..."
+            read = "" if u["read_from"] == CONDITION else f"{u['read_from']} "
+            out.append(f"  {name}:{u['line']}->{u['to']} {qualname}: {u['reason']}  [{read}{source}]")
+    return "\n".join(out)
