@@ -122,9 +122,9 @@ class Deadline:
     def _fired(self, signum: int, frame: FrameType | None) -> None:
         if not self.armed:
             return
-        shelter = _shelter(frame)
-        if shelter is not None:
-            self.importing = self.importing or shelter == IMPORT
+        sheltered = shelter(frame)
+        if sheltered is not None:
+            self.importing = self.importing or sheltered == IMPORT
             signal.setitimer(signal.ITIMER_REAL, 0.001)  # a moment later, in the case's own code
             return
         if self.importing:  # the harness was slow, not the case: it gets its time again
@@ -139,7 +139,7 @@ class Deadline:
 HERE, IMPORT = "here", "import"
 
 
-def _shelter(frame: FrameType | None) -> str | None:
+def shelter(frame: FrameType | None) -> str | None:
     """Why the handler must not raise in ``frame``, or ``None``: ``HERE`` in this module (disarming
     is never cut short), in a garbage-collection callback (Hypothesis times its collections with
     one) or a finaliser, where Python would swallow the exception or crash on it; ``IMPORT`` in an

@@ -99,22 +99,19 @@ def _again(signum: int, frame: FrameType | None) -> None:
         raise Stop(signal.Signals(_requested).name)
 
 
-_NOT_IN = ("mmharness.deadline",)
-"""Modules ``Stop`` is never raised in: the deadline's timer must be disarmed whole."""
-
-
 def _inside_example(frame: FrameType | None) -> bool:
-    """Whether the signal landed while an example runs (``runner.run_example`` is on the stack),
-    outside a module it must not cut short (``_NOT_IN``) and outside an import."""
-    if frame is None or frame.f_globals.get("__name__") in _NOT_IN:
+    """Whether the signal landed while an example runs (``runner.run_example`` is on the stack), and
+    where raising is safe: not in the deadline's code, a garbage-collection callback, a finaliser or an
+    import (``deadline.shelter``: Python would swallow it, print it, or crash later)."""
+    from mmharness.deadline import shelter
+
+    if frame is None or shelter(frame) is not None:
         return False
     runner = sys.modules.get("mmharness.runner")
     code = getattr(getattr(runner, "run_example", None), "__code__", None)
     while code is not None and frame is not None:
         if frame.f_code is code:
             return True
-        if frame.f_code.co_filename.startswith("<frozen importlib"):
-            return False
         frame = frame.f_back
     return False
 
