@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from mmharness.checks.registry import Check
-from mmharness.model import Case
+from mmharness.model import MODEL_DATA_KEYS, VIDEO_GRID_KEY, Case, Item
 from mmharness.runner import run_check
 from mmharness.targets.base import Target
 
@@ -28,9 +28,77 @@ CLASSES = (
     "same hash, different token counts",
 )
 
+CONVENTION_CLASSES = {
+    "a request mixing modalities": (
+        "embed_mask.matches_reference",
+        "prefill.matches_reference",
+        "prefill.path_independent",
+    ),
+    "image, video and audio in one request": ("embed_mask.matches_reference", "prefill.matches_reference"),
+    "a multi-run audio clip beside another modality": ("embed_mask.matches_reference",),
+    "per-request lists shorter than the batch": ("prefill.short_lists",),
+    "a request with items past the lists' end": ("prefill.short_lists",),
+}
+"""Classes of the engines' calling conventions (docs/rules.md, R3 and R3e), each with the checks whose
+CI run must reach it: SGLang embeds each modality apart and reads each item's modality to do so, and
+EAGLE hands per-request lists shorter than the batch."""
+
+
+SPLIT_CLASSES = (
+    "video, a grid row per video",
+    "numpy features",
+    "list features",
+    "tuple features",
+    "row-aligned model data",
+    "patch-aligned model data",
+    "scalar model data",
+    "numpy model data",
+    "list or tuple model data",
+    "no grid, patch data cut by num_patches",
+    "precomputed embeddings",
+    "grid rows differ from the spans",
+    "flat grid",
+    "feature rows differ from t*h*w",
+    "no grid",
+)
+"""The forms of an item being split (two spans or more) that the R5 split checks must reach: each
+form processors hand a splitter, and each layout outside the rule (docs/rules.md, R5)."""
+
+
+def split_classes(item: Item) -> set[str]:
+    """The ``SPLIT_CLASSES`` an item belongs to (none for an item of one span or without R5 data)."""
+    if len(item.spans) < 2 or not (item.grid or item.grid_form != "rows"):
+        return set()
+    found = set()
+    video = item.modality == "video" and item.grid_key == VIDEO_GRID_KEY
+    if video and item.grid_form == "rows":
+        found.add("video, a grid row per video")
+    if not item.precomputed and item.feature_form != "tensor":
+        found.add(f"{item.feature_form} features")
+    for key, form in item.model_data:
+        found.add(f"{MODEL_DATA_KEYS[key]}-aligned model data".replace("scalar-aligned", "scalar"))
+        if form != "tensor":
+            found.add("numpy model data" if form == "numpy" else "list or tuple model data")
+    if item.precomputed:
+        found.add("precomputed embeddings")
+    keys = dict(item.model_data)
+    if item.grid_form == "absent":
+        found.add("no grid")
+        if "num_patches" in keys and any(MODEL_DATA_KEYS[key] == "patch" for key in keys):
+            found.add("no grid, patch data cut by num_patches")
+    elif item.grid_form == "flat":
+        found.add("flat grid")
+    else:
+        frames = sum(t for t, _, _ in item.grid)
+        if len(item.spans) not in ((len(item.grid), frames) if video else (len(item.grid),)):
+            found.add("grid rows differ from the spans")
+        if item.feature_rows is not None and not item.precomputed:
+            found.add("feature rows differ from t*h*w")
+    return found
+
 
 def classes(case: Case) -> set[str]:
-    """The boundary classes this case belongs to."""
+    """The boundary classes this case belongs to (``CLASSES``, and ``SPLIT_CLASSES`` of its items)."""
     found = set()
     seen_empty = False
     for request in case.requests:
@@ -57,6 +125,26 @@ def classes(case: Case) -> set[str]:
         counts.setdefault(item.hash, set()).add(item.token_count)
     if any(len(tokens) > 1 for tokens in counts.values()):
         found.add("same hash, different token counts")
+    for _, _, item in case.items():
+        found |= split_classes(item)
+    return found | convention_classes(case)
+
+
+def convention_classes(case: Case) -> set[str]:
+    """The ``CONVENTION_CLASSES`` this case belongs to."""
+    found = set()
+    for k, request in enumerate(case.requests):
+        modalities = {item.modality for item in request.items}
+        if len(modalities) > 1:
+            found.add("a request mixing modalities")
+            if any(i.modality == "audio" and len(i.spans) > 1 for i in request.items):
+                found.add("a multi-run audio clip beside another modality")
+        if {"image", "video", "audio"} <= modalities:
+            found.add("image, video and audio in one request")
+        if k >= case.listed and request.items:
+            found.add("a request with items past the lists' end")
+    if case.listed < len(case.requests):
+        found.add("per-request lists shorter than the batch")
     return found
 
 

@@ -8,7 +8,7 @@ so cases stay small, compare by value and shrink well.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cached_property
 from typing import NamedTuple
 
@@ -17,7 +17,23 @@ NDIMS = (2, 3)
 DEVICES = ("cpu", "cuda")
 MODALITIES = ("image", "video", "audio")
 GRID_KEYS = ("image_grid_thw", "grid_thws")
-"""Where an engine item carries its vision grid; splitters honour different keys."""
+"""Where an engine item carries its image grid; splitters honour different keys."""
+VIDEO_GRID_KEY = "video_grid_thw"
+"""Where a video item carries its grid: a row per video, ``t`` its frames (R5)."""
+ITEM_GRID_KEYS = (*GRID_KEYS, VIDEO_GRID_KEY)
+GRID_FORMS = ("rows", "flat", "absent")
+"""How an engine item carries its grid (R5): ``[N, 3]``; one row flattened to ``[3]``; not at all."""
+FEATURE_FORMS = ("tensor", "numpy", "list", "tuple")
+"""What container an engine item's features and model data come in (R5): processors hand all four."""
+MODEL_DATA_KEYS = {
+    "num_patches": "row",
+    "image_sizes": "row",
+    "patch_pixel_values": "patch",
+    "patch_newline_mask": "patch",
+    "merge_size": "scalar",
+}
+"""Model data an item may carry beside its grid, by what a value lines up with (R5): one entry per
+grid row (``row``), one per patch (``patch``), or one value for the whole item (``scalar``)."""
 
 Span = tuple[int, int]
 """Inclusive ``(start, end)`` token positions of one run of an item's placeholders."""
@@ -64,6 +80,16 @@ class Item:
     rows: int | None = None
     device: str | None = None
     """Where this item's tensors live; ``None``: the case's device. A batch may mix devices (R6)."""
+    grid_form: str = "rows"
+    """How the engine item carries ``grid`` (``GRID_FORMS``); ``absent``: not at all, its rows then
+    only size the per-image patches (``num_patches``) (R5)."""
+    feature_form: str = "tensor"
+    """The container of the item's vision features and model data (``FEATURE_FORMS``) (R5)."""
+    feature_rows: int | None = None
+    """Feature rows (first dimension) when not the grid's ``t*h*w`` total: one per image, or a
+    mismatch on purpose; ``None``: they agree (R5)."""
+    model_data: tuple[tuple[str, str], ...] = ()
+    """``(key, form)`` of each ``MODEL_DATA_KEYS`` entry the engine item carries beside its grid (R5)."""
 
     @cached_property  # asked for every row of every window: worth remembering
     def token_count(self) -> int:
@@ -76,6 +102,11 @@ class Item:
     @property
     def patch_count(self) -> int:
         return sum(t * h * w for t, h, w in self.grid)
+
+    @property
+    def feature_count(self) -> int:
+        """Rows of the item's vision features: the grid's ``t*h*w`` total unless ``feature_rows`` says."""
+        return self.patch_count if self.feature_rows is None else self.feature_rows
 
     def row(self, index: int) -> Row:
         return Row(self.hash, self.row_count, index)
@@ -113,6 +144,19 @@ class Case:
     dtype: str = "float32"
     ndim: int = 2
     device: str = "cpu"
+    prefix_listed: int | None = None
+    """How many requests the engine's ``prefix_length`` list covers; ``None``: every request.
+    A shorter list (EAGLE's calling convention) leaves the requests past its end out of the step (R3)."""
+    extend_listed: int | None = None
+    """The same for ``extend_length``."""
+
+    @property
+    def listed(self) -> int:
+        """How many requests both per-request lists cover; the rest are prefilled nowhere this step."""
+        n = len(self.requests)
+        prefix = n if self.prefix_listed is None else self.prefix_listed
+        extend = n if self.extend_listed is None else self.extend_listed
+        return max(0, min(n, prefix, extend))
 
     @property
     def row_bytes(self) -> int:
@@ -132,6 +176,18 @@ class Case:
         for r, request in enumerate(self.requests):
             for i, item in enumerate(request.items):
                 yield r, i, item
+
+
+def listed_windows(case: Case) -> Case:
+    """The case as R3 reads its per-request lists: every request past either list's end with an
+    empty window, and the lists whole again (the same step, in the ordinary convention)."""
+    if case.prefix_listed is None and case.extend_listed is None:
+        return case
+    listed = case.listed
+    requests = tuple(
+        r if k < listed else replace(r, extend_len=0) for k, r in enumerate(case.requests)
+    )
+    return replace(case, requests=requests, prefix_listed=None, extend_listed=None)
 
 
 def item_path(r: int, i: int) -> str:
@@ -158,6 +214,12 @@ def problems(case: Case) -> Iterator[CaseError]:
         yield CaseError("ndim", f"must be 2 or 3, got {case.ndim}")
     if case.device not in DEVICES:
         yield CaseError("device", f"must be one of {', '.join(DEVICES)}, got {case.device!r}")
+    for name in ("prefix_listed", "extend_listed"):
+        listed = getattr(case, name)
+        if listed is not None and not 0 <= listed <= len(case.requests):
+            yield CaseError(
+                name, f"must be in [0, {len(case.requests)}] (the batch's requests), got {listed}"
+            )
     for r, request in enumerate(case.requests):
         yield from _request_problems(f"requests[{r}]", request)
 
@@ -205,11 +267,40 @@ def _request_problems(path: str, request: Request) -> Iterator[CaseError]:
                 f"{item_at}.rows",
                 f"{item.rows} embedding rows for {item.token_count} placeholder tokens",
             )
-        if item.grid_key not in GRID_KEYS:
+        if item.grid_key not in ITEM_GRID_KEYS:
             yield CaseError(
                 f"{item_at}.grid_key",
-                f"must be one of {', '.join(GRID_KEYS)}, got {item.grid_key!r}",
+                f"must be one of {', '.join(ITEM_GRID_KEYS)}, got {item.grid_key!r}",
             )
         for g, row in enumerate(item.grid):
             if len(row) != 3 or any(n < 1 for n in row):
                 yield CaseError(f"{item_at}.grid[{g}]", f"expected three positive ints (t, h, w), got {row}")
+        yield from _split_form_problems(item_at, item)
+
+
+def _split_form_problems(item_at: str, item: Item) -> Iterator[CaseError]:
+    """The R5 forms: known names, a flat grid of one row, model data sized by a grid."""
+    if item.grid_form not in GRID_FORMS:
+        yield CaseError(
+            f"{item_at}.grid_form", f"must be one of {', '.join(GRID_FORMS)}, got {item.grid_form!r}"
+        )
+    elif item.grid_form == "flat" and len(item.grid) != 1:
+        yield CaseError(f"{item_at}.grid_form", f"a flat grid is one row [t, h, w], not {len(item.grid)}")
+    if item.feature_form not in FEATURE_FORMS:
+        yield CaseError(
+            f"{item_at}.feature_form", f"must be one of {', '.join(FEATURE_FORMS)}, got {item.feature_form!r}"
+        )
+    if item.feature_rows is not None and item.feature_rows < 0:
+        yield CaseError(f"{item_at}.feature_rows", f"negative row count {item.feature_rows}")
+    seen: set[str] = set()
+    for d, (key, form) in enumerate(item.model_data):
+        at = f"{item_at}.model_data[{d}]"
+        if key not in MODEL_DATA_KEYS:
+            yield CaseError(at, f"unknown key {key!r}; known: {', '.join(MODEL_DATA_KEYS)}")
+        elif key in seen:
+            yield CaseError(at, f"key {key!r} given twice")
+        elif MODEL_DATA_KEYS[key] != "scalar" and not item.grid:
+            yield CaseError(at, f"{key!r} is sized by the grid's rows, and the item has none")
+        if form not in FEATURE_FORMS:
+            yield CaseError(at, f"form must be one of {', '.join(FEATURE_FORMS)}, got {form!r}")
+        seen.add(key)

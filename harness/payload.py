@@ -1,5 +1,5 @@
-"""JSON <-> ``Case``: the ``mmharness.case/1`` format (``/1.1``: items may name their device) and
-its strict, total parser (rule R7).
+"""JSON <-> ``Case``: the ``mmharness.case/1`` format (``/1.1``: items may name their device; ``/1.2``:
+and carry the R5 split forms) and its strict, total parser (rule R7).
 
 One format serves the corpus, saved findings and ``replay``, so the parser is
 fed both hand-written files and fuzzer output. It therefore promises three
@@ -28,8 +28,11 @@ from typing import Any, NamedTuple, TypeVar
 from mmharness.model import (
     DEVICES,
     DTYPES,
-    GRID_KEYS,
+    FEATURE_FORMS,
+    GRID_FORMS,
+    ITEM_GRID_KEYS,
     MODALITIES,
+    MODEL_DATA_KEYS,
     NDIMS,
     Case,
     GridRow,
@@ -43,6 +46,11 @@ from mmharness.model import (
 FORMAT = "mmharness.case/1"
 FORMAT_ITEM_DEVICES = "mmharness.case/1.1"
 """The minor version that adds ``items[].device``; a case that sets none is written as ``/1``."""
+FORMAT_SPLIT_FORMS = "mmharness.case/1.2"
+"""The minor version that adds the R5 split forms (``items[].grid_form``, ``feature_form``,
+``feature_rows``, ``model_data``, the ``video_grid_thw`` key); a case using none is written as before."""
+FORMATS = (FORMAT, FORMAT_ITEM_DEVICES, FORMAT_SPLIT_FORMS)
+SPLIT_FORM_KEYS = ("grid_form", "feature_form", "feature_rows", "model_data")
 PROVENANCE_KEYS = ("check", "rule", "target", "note")
 """Free-form strings a saved finding carries; they never change the case."""
 
@@ -143,7 +151,8 @@ def parse_document(obj: object) -> Document:
         ndim=_get(root, "$", "ndim", defaults["ndim"], _choice, NDIMS),
     )
     device = _get(root, "$", "device", defaults["device"], _choice, DEVICES)
-    context.item_devices = root["format"] == FORMAT_ITEM_DEVICES
+    context.item_devices = root["format"] in (FORMAT_ITEM_DEVICES, FORMAT_SPLIT_FORMS)
+    context.split_forms = root["format"] == FORMAT_SPLIT_FORMS
     provenance = {key: _text(root[key], "$", key) for key in PROVENANCE_KEYS if key in root}
     params = _params(root["params"]) if "params" in root else {}
     requests = _array(root["requests"], "$", "requests", MAX_REQUESTS)
@@ -153,6 +162,8 @@ def parse_document(obj: object) -> Document:
         dtype=context.dtype,
         ndim=context.ndim,
         device=device,
+        prefix_listed=_get(root, "$", "prefix_listed", None, _optional_int, 0, MAX_REQUESTS),
+        extend_listed=_get(root, "$", "extend_listed", None, _optional_int, 0, MAX_REQUESTS),
     )
     if not malformed:
         _check_rules(case)
@@ -180,7 +191,10 @@ def dump(
     """
     provenance = {"check": check, "rule": rule, "target": target, "note": note, "params": params or None}
     mixed = any(item.device is not None for _, _, item in case.items())
-    document: dict[str, Any] = {"format": FORMAT_ITEM_DEVICES if mixed else FORMAT}
+    forms = any(_uses_split_forms(item) for _, _, item in case.items())
+    document: dict[str, Any] = {
+        "format": FORMAT_SPLIT_FORMS if forms else FORMAT_ITEM_DEVICES if mixed else FORMAT
+    }
     document.update((key, value) for key, value in provenance.items() if value is not None)
     document.update(
         malformed=not is_well_formed(case),
@@ -188,8 +202,11 @@ def dump(
         dtype=case.dtype,
         ndim=case.ndim,
         device=case.device,
-        requests=[_dump_request(request, case) for request in case.requests],
     )
+    for key in ("prefix_listed", "extend_listed"):  # written only when set: older readers load the rest
+        if getattr(case, key) is not None:
+            document[key] = getattr(case, key)
+    document["requests"] = [_dump_request(request, case) for request in case.requests]
     return document
 
 
@@ -220,8 +237,22 @@ def _dump_item(item: Item, case: Case) -> dict[str, Any]:
     }
     if item.device is not None:
         dumped["device"] = item.device
+    forms = _split_forms(item)
+    if "model_data" in forms:
+        forms["model_data"] = [list(entry) for entry in item.model_data]
+    dumped.update(forms)
     dumped["embedding"] = _embedding_description(item, case.hidden, case.dtype, case.ndim)
     return dumped
+
+
+def _split_forms(item: Item) -> dict[str, Any]:
+    """The R5 split-form fields that differ from their defaults (only these are written)."""
+    return {key: getattr(item, key) for key in SPLIT_FORM_KEYS if getattr(item, key) != _ITEM_DEFAULTS[key]}
+
+
+def _uses_split_forms(item: Item) -> bool:
+    """Whether writing the item needs format ``/1.2``."""
+    return bool(_split_forms(item)) or item.grid_key not in _FORMAT_1_GRID_KEYS
 
 
 def _embedding_description(item: Item, hidden: int, dtype: str, ndim: int) -> dict[str, Any]:
@@ -322,6 +353,8 @@ _ITEM_REQUIRED = _required(Item)
 _CASE_DEFAULTS = _defaults(Case)
 _REQUEST_DEFAULTS = _defaults(Request)
 _ITEM_DEFAULTS = _defaults(Item)
+_FORMAT_1_GRID_KEYS = ("image_grid_thw", "grid_thws")
+"""The grid keys format ``/1`` knows; ``video_grid_thw`` needs ``/1.2``."""
 
 
 class _Context:
@@ -332,7 +365,7 @@ class _Context:
     the field worth naming.
     """
 
-    __slots__ = ("descriptions", "dtype", "hidden", "item_devices", "ndim", "rows", "tokens")
+    __slots__ = ("descriptions", "dtype", "hidden", "item_devices", "ndim", "rows", "split_forms", "tokens")
 
     def __init__(self, hidden: int, dtype: str, ndim: int) -> None:
         self.hidden = hidden
@@ -342,7 +375,9 @@ class _Context:
         self.tokens = 0
         self.descriptions: list[tuple[object, str, Item]] = []
         self.item_devices = False
-        """Whether items may name their own device (format ``/1.1``)."""
+        """Whether items may name their own device (format ``/1.1`` or later)."""
+        self.split_forms = False
+        """Whether items may carry the R5 split forms (format ``/1.2``)."""
 
     def charge_rows(self, path: str, key: str, rows: int) -> None:
         self.rows += rows
@@ -369,7 +404,7 @@ def _root(obj: object) -> dict[str, Any]:
     if "format" not in obj:
         raise PayloadError("format", f"missing; expected {FORMAT!r}")
     found = obj["format"]
-    if found not in (FORMAT, FORMAT_ITEM_DEVICES):
+    if found not in FORMATS:
         newer = type(found) is str and found.startswith("mmharness.case/")
         what = "unsupported version" if newer else "expected " + repr(FORMAT) + ", got"
         raise PayloadError("format", f"{what} {_show(found)}")
@@ -401,12 +436,20 @@ def _item(value: object, path: str, context: _Context) -> Item:
         precomputed=_get(obj, path, "precomputed", defaults["precomputed"], _bool),
         modality=_get(obj, path, "modality", defaults["modality"], _choice, MODALITIES),
         grid=_get(obj, path, "grid", defaults["grid"], _int_rows, _GRID_ROW),
-        grid_key=_get(obj, path, "grid_key", defaults["grid_key"], _choice, GRID_KEYS),
+        grid_key=_get(obj, path, "grid_key", defaults["grid_key"], _choice, ITEM_GRID_KEYS),
         rows=_get(obj, path, "rows", defaults["rows"], _optional_int, 0, MAX_ROWS),
         device=_get(obj, path, "device", defaults["device"], _choice, DEVICES),
+        grid_form=_get(obj, path, "grid_form", defaults["grid_form"], _choice, GRID_FORMS),
+        feature_form=_get(obj, path, "feature_form", defaults["feature_form"], _choice, FEATURE_FORMS),
+        feature_rows=_get(obj, path, "feature_rows", defaults["feature_rows"], _optional_int, 0, MAX_ROWS),
+        model_data=_get(obj, path, "model_data", defaults["model_data"], _model_data),
     )
     if item.device is not None and not context.item_devices:
         raise PayloadError(f"{path}.device", f"an item's own device needs format {FORMAT_ITEM_DEVICES!r}")
+    if not context.split_forms:
+        for key in (*SPLIT_FORM_KEYS, "grid_key"):
+            if key in obj and (key != "grid_key" or item.grid_key not in _FORMAT_1_GRID_KEYS):
+                raise PayloadError(f"{path}.{key}", f"the R5 split forms need format {FORMAT_SPLIT_FORMS!r}")
     _charge_item(context, path, item)
     if "embedding" in obj:
         context.descriptions.append((obj["embedding"], f"{path}.embedding", item))
@@ -424,8 +467,14 @@ def _charge_item(context: _Context, path: str, item: Item) -> None:
         context.charge_rows(path, "rows", item.rows)
     else:
         context.charge_rows(path, "spans", tokens)
-    if item.grid:
-        context.charge_rows(path, "grid", sum(max(0, t * h * w) for t, h, w in item.grid))
+    patches = sum(max(0, t * h * w) for t, h, w in item.grid)
+    if item.feature_rows is not None:
+        context.charge_rows(path, "feature_rows", item.feature_rows)
+    elif item.grid:
+        context.charge_rows(path, "grid", patches)
+    for key, _ in item.model_data:  # patch-aligned model data: a row per patch
+        if MODEL_DATA_KEYS.get(key) == "patch":
+            context.charge_rows(path, "model_data", patches)
 
 
 def _check_embedding(value: object, path: str, item: Item, context: _Context) -> None:
@@ -596,6 +645,20 @@ def _text(value: object, path: str, key: str) -> str:
         except UnicodeEncodeError:
             raise PayloadError(_at(path, key), "holds a lone surrogate escape") from None
     return value
+
+
+def _model_data(value: object, path: str, key: str) -> tuple[tuple[str, str], ...]:
+    """``[[key, form], ...]``: which model data an item carries beside its grid, each in its form (R5)."""
+    entries = _array(value, path, key, len(MODEL_DATA_KEYS))
+    out: list[tuple[str, str]] = []
+    for n, entry in enumerate(entries):
+        at = f"{_at(path, key)}[{n}]"
+        if type(entry) is not list or len(entry) != 2:
+            raise PayloadError(at, f"expected [key, form], got {_show(entry)}")
+        name = _choice(entry[0], at, "key", tuple(MODEL_DATA_KEYS))
+        form = _choice(entry[1], at, "form", FEATURE_FORMS)
+        out.append((name, form))
+    return tuple(out)
 
 
 class _Tuple(NamedTuple):

@@ -9,9 +9,20 @@ Errors are raised as the rules say an engine raises them (class and message).
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from itertools import accumulate, pairwise
 from typing import Any
 
-from mmharness.model import Case, GridRow, Item, Request, Row, Span
+from mmharness.model import (
+    GRID_KEYS,
+    MODEL_DATA_KEYS,
+    VIDEO_GRID_KEY,
+    Case,
+    GridRow,
+    Item,
+    Request,
+    Row,
+    Span,
+)
 
 PARTIAL_PRECOMPUTED_MESSAGE = "MM inputs where only some items are precomputed."
 ONE_GRID_MESSAGE = (
@@ -215,19 +226,182 @@ def check_one_grid(item: Item) -> None:
 
 @dataclass(frozen=True)
 class SplitPart:
-    """One item of a split: its span, its grid row and its slice of the feature rows."""
+    """One item of a split: its spans, grid row, and which rows of each of the item's values it owns.
 
-    span: Span
-    grid_row: GridRow
-    features: range
+    ``features`` and ``embedding`` index the item's feature rows and precomputed
+    embedding rows (``None`` where it carries none); ``index`` is its entry of
+    row-aligned model data, ``patches`` its rows of patch-aligned model data.
+    """
+
+    spans: tuple[Span, ...]
+    grid_row: GridRow | None
+    features: range | None
+    embedding: range | None = None
+    index: int = 0
+    patches: range | None = None
+
+    @property
+    def span(self) -> Span:
+        return self.spans[0]
+
+
+SPLIT, EITHER, WHOLE, OUTSIDE = "split", "either", "whole", "outside"
+"""What the rule asks of a splitter, item by item (``split_rule``)."""
+
+
+@dataclass(frozen=True)
+class Split:
+    """R5's answer for one item.
+
+    ``kind``: ``split`` (exactly ``parts``), ``either`` (``parts``, or the item
+    left whole), ``whole`` (one span: the item is its own part), ``outside``
+    (grid, spans and rows do not line up: the item left whole, or refused with
+    a clear error). ``layout`` names the item's layout for messages.
+    """
+
+    kind: str
+    parts: tuple[SplitPart, ...] = ()
+    layout: str = ""
+
+
+def is_gridless(item: Item) -> bool:
+    """Whether the engine item carries no grid (none given, or an audio clip)."""
+    return item.grid_form == "absent" or item.modality == "audio"
+
+
+def is_video_grid(item: Item) -> bool:
+    return item.grid_key == VIDEO_GRID_KEY and item.modality == "video"
+
+
+def _span_groups(item: Item) -> tuple[list[tuple[Span, ...]], str] | None:
+    """The spans of each part and the layout's name; ``None`` where the spans match no grid layout.
+
+    An image grid has a row per image and an image a span; a video grid a row
+    per video, ``t`` its frames, and a video either a span per frame or one span.
+    """
+    spans, rows = item.spans, len(item.grid)
+    if is_video_grid(item):
+        frames = [t for t, _, _ in item.grid]
+        if len(spans) == sum(frames):
+            bounds = [0, *accumulate(frames)]
+            return [spans[lo:hi] for lo, hi in pairwise(bounds)], "video, a span per frame"
+        if len(spans) == rows:
+            return [(span,) for span in spans], "video, a span per video"
+        return None
+    if item.grid_key in GRID_KEYS and item.modality == "image" and len(spans) == rows:
+        return [(span,) for span in spans], "image, a span per grid row"
+    return None
+
+
+def _tokens(spans: tuple[Span, ...]) -> int:
+    return sum(end - start + 1 for start, end in spans)
+
+
+def _ranges(counts: list[int]) -> list[range]:
+    bounds = [0, *accumulate(counts)]
+    return [range(lo, hi) for lo, hi in pairwise(bounds)]
+
+
+def split_rule(item: Item) -> Split:
+    """R5: what a splitter must make of ``item`` (see ``Split`` and docs/rules.md, R5).
+
+    With a grid, part ``k`` owns grid row ``k``, its spans, the next ``t*h*w``
+    feature rows, its spans' precomputed rows, entry ``k`` of row-aligned model
+    data and its ``t*h*w`` rows of patch-aligned model data; scalars go to every
+    part. The split must be made only where those line up: feature rows (or
+    each part's precomputed rows) equal to ``t*h*w``. Without a grid, an item
+    whose features (or precomputed rows) have one entry per span may be split
+    entry by entry, its patch-aligned data cut by ``num_patches``.
+    """
+    if len(item.spans) < 2:
+        return Split(WHOLE, layout="one span")
+    if item.grid_form == "flat":
+        return Split(OUTSIDE, layout="a flat (rank-1) grid")
+    keys = dict(item.model_data)
+    if is_gridless(item):
+        return _split_by_entry(item, keys)
+    found = _span_groups(item)
+    if found is None:
+        return Split(OUTSIDE, layout=f"{len(item.grid)} grid rows for {len(item.spans)} spans")
+    groups, layout = found
+    patches = [t * h * w for t, h, w in item.grid]
+    if item.precomputed:
+        if [_tokens(g) for g in groups] != patches:
+            return Split(OUTSIDE, layout="precomputed rows that do not follow the grid's t*h*w")
+        features, embedding = [None] * len(groups), _ranges(patches)
+    else:
+        if item.feature_count != sum(patches):
+            total = sum(patches)
+            return Split(OUTSIDE, layout=f"{item.feature_count} feature rows for a t*h*w total of {total}")
+        features, embedding = _ranges(patches), [None] * len(groups)
+    parts = tuple(
+        SplitPart(group, row, feature, rows, k, patch)
+        for k, (group, row, feature, rows, patch) in enumerate(
+            zip(groups, item.grid, features, embedding, _ranges(patches), strict=True)
+        )
+    )
+    # A video of one span per video (and more frames) may stay whole: its parts are its videos either way.
+    return Split(EITHER if layout == "video, a span per video" else SPLIT, parts, layout)
+
+
+def _split_by_entry(item: Item, keys: dict[str, str]) -> Split:
+    """No grid: one part per span, each owning one entry of the features (or precomputed rows)."""
+    count = len(item.spans)
+    entries = item.token_count if item.precomputed else item.feature_count
+    if entries != count:
+        return Split(OUTSIDE, layout=f"no grid, {entries} entries for {count} spans")
+    aligned = {MODEL_DATA_KEYS[key] for key in keys} - {"scalar"}
+    if aligned and len(item.grid) != count:
+        return Split(OUTSIDE, layout="no grid, model data with no entry per span")
+    if "patch" in aligned and "num_patches" not in keys:
+        return Split(OUTSIDE, layout="no grid, patch-aligned data without num_patches to cut it")
+    patches = _ranges([t * h * w for t, h, w in item.grid]) if len(item.grid) == count else [None] * count
+    parts = tuple(
+        SplitPart(
+            (span,),
+            None,
+            None if item.precomputed else range(k, k + 1),
+            range(k, k + 1) if item.precomputed else None,
+            k,
+            patches[k],
+        )
+        for k, span in enumerate(item.spans)
+    )
+    return Split(EITHER, parts, "no grid, an entry per span")
+
+
+def split_from_processors(item: Item) -> bool:
+    """Whether a processor hands a splitter this layout; a failure on any other is a hazard.
+
+    Processors emit rank-2 grids, give an image one placeholder run and a video
+    one per frame or one in all, give ``t*h*w`` feature rows per grid row (or,
+    without a grid, one entry per image), and derive an item's placeholder
+    count from its grid (``t*h*w`` over a merge factor), so precomputed rows
+    follow the grid's proportions.
+    """
+    if item.grid_form == "flat":
+        return False
+    if is_gridless(item):
+        return item.precomputed or item.feature_count == len(item.spans)
+    found = _span_groups(item)
+    if found is None:
+        return False
+    if not item.precomputed:
+        return item.feature_count == item.patch_count
+    tokens = [_tokens(group) for group in found[0]]
+    patches = [t * h * w for t, h, w in item.grid]
+    ratio = patches[0] // tokens[0] if tokens[0] else 0
+    return all(n > 0 and p == n * ratio for n, p in zip(tokens, patches, strict=True))
 
 
 def split_item(item: Item) -> list[SplitPart]:
-    """R5: one part per span, each owning the next ``t*h*w`` feature rows."""
-    if len(item.spans) != len(item.grid):
-        raise ValueError(f"cannot split {len(item.spans)} spans over {len(item.grid)} grid rows")
-    parts, offset = [], 0
-    for span, (t, h, w) in zip(item.spans, item.grid, strict=True):
-        parts.append(SplitPart(span, (t, h, w), range(offset, offset + t * h * w)))
-        offset += t * h * w
-    return parts
+    """R5's parts; a ``ValueError`` where the rule makes none (an item of one span is its own part)."""
+    rule = split_rule(item)
+    if rule.kind == WHOLE:
+        row = item.grid[0] if len(item.grid) == 1 else None
+        rows = range(item.token_count) if item.precomputed else None
+        features = None if item.precomputed else range(item.feature_count)
+        return [SplitPart(item.spans, row, features, rows, 0, range(item.patch_count))]
+    if rule.kind == OUTSIDE:
+        raise ValueError(f"cannot split {len(item.spans)} spans: {rule.layout}")
+    return list(rule.parts)

@@ -11,7 +11,7 @@ from mmharness.strategies._internal.grids import grid_cases, grid_items, grids
 from mmharness.strategies._internal.malformed import MALFORMED_KINDS, malformed_cases
 from mmharness.strategies._internal.programs import prefill_programs
 from mmharness.strategies._internal.requests import requests
-from mmharness.strategies._internal.schedules import schedules
+from mmharness.strategies._internal.schedules import run_options, schedules
 from mmharness.strategies._internal.spans import spans
 
 __all__ = [
@@ -24,6 +24,7 @@ __all__ = [
     "malformed_cases",
     "prefill_programs",
     "requests",
+    "run_options",
     "schedules",
     "spans",
 ]

@@ -28,6 +28,43 @@ def harness_cache(request, tmp_path_factory) -> Path:
     return Path(store.mkdir("mmharness")) if store is not None else tmp_path_factory.mktemp("mmharness")
 
 
+@pytest.fixture(scope="session")
+def sglang_release(harness_cache):
+    """``sglang_release(version)``: that release's target, downloaded into the session cache once."""
+    from mmharness.engines.sglang.adapter import from_release
+
+    loaded: dict = {}
+
+    def get(version: str):
+        if version not in loaded:
+            with pytest.MonkeyPatch.context() as patch:
+                patch.setenv("MMHARNESS_CACHE", str(harness_cache))
+                loaded[version] = from_release(version)
+        return loaded[version]
+
+    return get
+
+
+@pytest.fixture
+def seeded_copy(tmp_path):
+    """``seeded_copy(root, edits)``: a copy of an unpacked release with each ``(file, original, bug)``
+    edit made (``file`` relative to ``root``; the original text must occur once), for seeded bugs."""
+
+    def copy(root: Path, edits) -> Path:
+        import shutil
+
+        into = tmp_path / "seeded"
+        shutil.copytree(root, into)
+        for file, original, bug in edits:
+            path = into / file
+            source = path.read_text()
+            assert source.count(original) == 1, f"{file} no longer holds the text this bug is seeded into"
+            path.write_text(source.replace(original, bug))
+        return into
+
+    return copy
+
+
 def reference_summary() -> str:
     """What pytest reports for every check run against the reference: passed, then skipped.
 

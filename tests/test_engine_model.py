@@ -19,12 +19,12 @@ from typing import Any
 
 import pytest
 import torch
-from mmharness import reference, tensors
+from mmharness import item_data, reference, tensors
 from mmharness.checks.stateful import BufferReusingEncoder
 from mmharness.model import Case, CaseError, Item, Request
 from mmharness.runner import cuda_available
 from mmharness.targets import engine_model
-from mmharness.targets.base import ALL_CAPABILITIES, Encoder, FeatureItem, Target, TargetError
+from mmharness.targets.base import ALL_CAPABILITIES, SHORT_LISTS, Encoder, FeatureItem, Target, TargetError
 from mmharness.targets.engine_model import EmbeddingCache, EngineModel
 from mmharness.targets.mutants import MUTANTS, mutant
 from mmharness.targets.reference import ReferenceTarget
@@ -81,8 +81,8 @@ def same(a: Any, b: Any) -> bool:
             and a.dtype == b.dtype
             and torch.equal(a, b)
         )
-    if isinstance(a, FeatureItem) and isinstance(b, FeatureItem):
-        return a.item == b.item and same(a.features, b.features)
+    if isinstance(a, FeatureItem) and isinstance(b, FeatureItem):  # every value, in its form
+        return a.item == b.item and item_data.view(a) == item_data.view(b)
     if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)):
         return type(a) is type(b) and len(a) == len(b) and all(map(same, a, b))
     return type(a) is type(b) and a == b
@@ -175,6 +175,11 @@ def feature(*items: Item) -> Witness:
 
 def split(it: Item) -> Witness:
     return lambda t: t.split_item(batch(), _feature_item(it))
+
+
+def split_forms(it: Item) -> Witness:
+    """The split of an item carrying its R5 forms: features or precomputed rows, model data."""
+    return lambda t: t.split_item(batch(), item_data.feature_item(batch(), it))
 
 
 # SGLang's table: one request, three images, four prefill chunks ----------------
@@ -414,6 +419,7 @@ WITNESSES: dict[str, Witness] = {
     "prefill_per_request_off_by_one": prefill(batch(request(6, 1, 4, item((1, 3)))), path="per_request"),
     "prefill_reads_back_from_cache": prefill(batch(request(4, 0, 4, item((0, 1)))), cache_size=1),
     "prefill_overlap_by_extent": prefill(batch(request(12, 5, 2, item((2, 3), (8, 9))))),
+    "short_extend_list_indexed": prefill(replace(batch(request(4, 0, 0, item((0, 1)))), extend_listed=0)),
     "cache_keeps_encoder_view": across_steps(
         batch(request(6, 0, 6, item((0, 5)))), batch(request(6, 0, 6, item((0, 5)))), scribble=True
     ),
@@ -433,6 +439,9 @@ WITNESSES: dict[str, Witness] = {
     "mask_first_placeholder_only": embed_mask(batch(request(5, 0, 5, item((0, 1)), item((3, 4), h=2)))),
     "mask_marks_text": embed_mask(batch(request(4, 0, 4, item((0, 1))))),
     "embed_mask_skips_precomputed": embed_mask(PARTIAL),
+    "modality_of_first_item": embed_mask(
+        batch(request(2, 0, 2, item((0, 0), modality="audio"), item((1, 1), h=2)))
+    ),
     # R4
     "count_inclusive_end": count(batch(request(10, 0, 4, item((2, 5))))),
     "adjust_keeps_first": adjust(5, 3),
@@ -450,6 +459,32 @@ WITNESSES: dict[str, Witness] = {
     "split_drops_last_patch_rows": split(FEATURE_SPLIT),
     "split_keeps_aggregated_grid": split(FEATURE_SPLIT),
     "split_spans_relative": split(FEATURE_SPLIT),
+    "split_video_as_images": split_forms(
+        item((0, 0), (1, 1), (3, 3), modality="video", grid=((2, 1, 1), (1, 1, 2)), grid_key="video_grid_thw")
+    ),
+    "split_numpy_features_whole": split_forms(replace(FEATURE_SPLIT, feature_form="numpy")),
+    "split_sequence_features_by_part": split_forms(replace(FEATURE_SPLIT, feature_form="list")),
+    "split_list_data_copied": split_forms(replace(FEATURE_SPLIT, model_data=(("num_patches", "list"),))),
+    "split_patch_data_copied": split_forms(
+        replace(FEATURE_SPLIT, model_data=(("patch_pixel_values", "tensor"),))
+    ),
+    "split_scalar_data_dropped": split_forms(replace(FEATURE_SPLIT, model_data=(("merge_size", "tensor"),))),
+    "split_ignores_num_patches": split_forms(
+        item(
+            (0, 0),
+            (2, 2),
+            grid=((1, 2, 2), (1, 1, 2)),
+            grid_form="absent",
+            feature_rows=2,
+            model_data=(("num_patches", "tensor"), ("patch_pixel_values", "numpy")),
+        )
+    ),
+    "split_precomputed_kept_whole": split_forms(
+        item((0, 3), (5, 6), grid=((1, 2, 2), (1, 1, 2)), precomputed=True)
+    ),
+    "split_mismatched_grid_per_span": split_forms(item((0, 0), (2, 2), grid=((1, 1, 2),))),
+    "split_flat_grid_crashes": split_forms(item((0, 0), (2, 2), grid=((1, 1, 2),), grid_form="flat")),
+    "split_ignores_feature_total": split_forms(replace(FEATURE_SPLIT, feature_rows=7)),
 }
 
 
@@ -473,7 +508,7 @@ def test_registry() -> None:
     assert all(name == m.name and m.description for name, m in MUTANTS.items())
     target = mutant("chunk_start_off_by_one")
     assert isinstance(target, Target) and target.name == "mutant:chunk_start_off_by_one"
-    assert target.capabilities == ALL_CAPABILITIES
+    assert target.capabilities == ALL_CAPABILITIES | {SHORT_LISTS}
     assert target.describe()["bug"] == "chunk_start_off_by_one"
     with pytest.raises(TargetError, match="unknown mutant"):
         mutant("no_such_bug")

@@ -180,7 +180,7 @@ def test_dump_validates_against_the_schema() -> None:
 def test_schema_limits_match_the_parser() -> None:
     schema = json.loads(SCHEMA.read_text())
     defs = schema["$defs"]
-    assert schema["properties"]["format"]["enum"] == [FORMAT, payload.FORMAT_ITEM_DEVICES]
+    assert schema["properties"]["format"]["enum"] == list(payload.FORMATS)
     assert schema["properties"]["requests"]["maxItems"] == payload.MAX_REQUESTS
     assert schema["properties"]["hidden"]["maximum"] == payload.MAX_HIDDEN
     assert defs["request"]["properties"]["items"]["maxItems"] == payload.MAX_ITEMS

@@ -42,6 +42,7 @@ WITNESSES = {
     "prefill.path_independent": "mutant:prefill_per_request_off_by_one",
     "prefill.permutation": "mutant:prefill_request_order",
     "prefill.schedule_concat": "mutant:prefill_cache_warmth",
+    "prefill.short_lists": "mutant:short_extend_list_indexed",
     "prefill.stateful": "mutant:resume_from_last_chunk",
     "prefill.whole_items": None,  # an engine option; its witnesses are seeded bugs in tests/test_vllm.py
     "prefill.draft_lookahead": None,  # an engine option; its witnesses are seeded bugs in tests/test_vllm.py

@@ -27,7 +27,7 @@ import pytest
 from mmharness.checks import all_checks
 from mmharness.checks.outcome import COULD_NOT_TEST, DIVERGENCE, HAZARD
 from mmharness.engines.sglang import adapter, layout, shims
-from mmharness.engines.sglang.adapter import SGLangTarget, from_path, from_release
+from mmharness.engines.sglang.adapter import from_path
 from mmharness.engines.sglang.items import read_schema
 from mmharness.model import Case, Item, Request
 from mmharness.runner import PASSED, SKIPPED, replay, run_check
@@ -36,6 +36,12 @@ from mmharness.targets.base import HarnessGap, TargetError
 from mmharness.targets.specs import resolve
 
 CHECKS = all_checks()
+
+
+def _passes(result) -> bool:
+    """Passed, or a hazard of hash collisions only (input a content hash never makes, docs/rules.md)."""
+    collisions = all(f.signature.startswith("hash collision") for f in result.findings)
+    return result.status == PASSED or (result.status == HAZARD and collisions)
 
 
 @pytest.fixture(autouse=True)
@@ -525,33 +531,18 @@ def test_release_of_skips_placeholder_versions(tmp_path):
 # Real releases (network) -------------------------------------------------------------
 
 CAPABILITIES = {
-    "0.5.10": {"chunk", "precomputed", "prefill", "embed_and_mask", "adjust", "split"},
+    "0.5.10": {"chunk", "precomputed", "prefill", "short_lists", "embed_and_mask", "adjust", "split"},
     "0.5.23": {
-        "chunk", "precomputed", "prefill", "per_request_path", "embed_and_mask",
+        "chunk", "precomputed", "prefill", "short_lists", "per_request_path", "embed_and_mask",
         "count", "adjust", "one_grid", "split",
     },
 }  # fmt: skip
 
 
-@pytest.fixture(scope="session")
-def release(harness_cache):
-    """``release(version)``: that release's target, downloaded into the session cache once."""
-    loaded: dict[str, SGLangTarget] = {}
-
-    def get(version: str) -> SGLangTarget:
-        if version not in loaded:
-            with pytest.MonkeyPatch.context() as patch:
-                patch.setenv("MMHARNESS_CACHE", str(harness_cache))
-                loaded[version] = from_release(version)
-        return loaded[version]
-
-    return get
-
-
 @pytest.mark.network
 @pytest.mark.parametrize("version", sorted(CAPABILITIES))
-def test_release_capabilities(release, version):
-    target = release(version)
+def test_release_capabilities(sglang_release, version):
+    target = sglang_release(version)
     assert target.capabilities == CAPABILITIES[version]
     description = target.describe()
     assert description["release"] == version
@@ -562,23 +553,23 @@ def test_release_capabilities(release, version):
 
 
 @pytest.mark.network
-def test_two_releases_in_one_process(release):
+def test_two_releases_in_one_process(sglang_release):
     before = _engine_modules()
-    old, new = release("0.5.10"), release("0.5.23")
+    old, new = sglang_release("0.5.10"), sglang_release("0.5.23")
     assert _engine_modules() == before
     assert old.describe()["rules_module"] == "sglang.srt.managers.mm_utils"
     assert new.describe()["rules_module"] == "sglang.srt.managers.mm_schedule"
     case = Case((Request(5, 1, 3, (Item(((0, 1),), hash=1), Item(((3, 4),), hash=2))),))
     for target in (old, new, old):
-        assert run_check(CHECKS["prefill.matches_reference"], target, max_examples=10).status == PASSED
+        assert _passes(run_check(CHECKS["prefill.matches_reference"], target, max_examples=10))
         encoder = base.Encoder(case)
         rows = target.chunked_prefill_embedding(case, encoder, cache=target.new_cache(1 << 30))
         assert rows.shape == (2, case.hidden)
 
 
 @pytest.mark.network
-def test_fork_layout_from_wheel_files(release, tmp_path):
-    package = Path(release("0.5.23").describe()["source"]) / "sglang"
+def test_fork_layout_from_wheel_files(sglang_release, tmp_path):
+    package = Path(sglang_release("0.5.23").describe()["source"]) / "sglang"
     shutil.copytree(package, tmp_path / "fork" / "python" / "sglang")
     for spec in (tmp_path / "fork", tmp_path / "fork" / "python"):
         target = resolve(str(spec))
@@ -589,8 +580,9 @@ def test_fork_layout_from_wheel_files(release, tmp_path):
 
 
 @pytest.mark.network
-def test_lone_mm_schedule_file_loads_and_runs(release, tmp_path):
-    source = Path(release("0.5.23").describe()["source"]) / "sglang" / "srt" / "managers" / "mm_schedule.py"
+def test_lone_mm_schedule_file_loads_and_runs(sglang_release, tmp_path):
+    root = Path(sglang_release("0.5.23").describe()["source"])
+    source = root / "sglang" / "srt" / "managers" / "mm_schedule.py"
     lone = tmp_path / "mm_schedule.py"
     shutil.copy(source, lone)
     target = resolve(str(lone))
@@ -602,7 +594,7 @@ def test_lone_mm_schedule_file_loads_and_runs(release, tmp_path):
         "chunk.matches_reference",
     ):
         result = run_check(CHECKS[check_id], target, max_examples=15)
-        assert result.status == PASSED, (check_id, result.reason)
+        assert _passes(result), (check_id, result.reason)
 
 
 @pytest.mark.network
@@ -627,8 +619,8 @@ def test_lone_mm_schedule_file_loads_and_runs(release, tmp_path):
         "grid.split_then_encode",
     ],
 )
-def test_checks_do_not_fail_on_0_5_23(release, check_id):
-    result = run_check(CHECKS[check_id], release("0.5.23"), max_examples=25)
+def test_checks_do_not_fail_on_0_5_23(sglang_release, check_id):
+    result = run_check(CHECKS[check_id], sglang_release("0.5.23"), max_examples=25)
     assert result.status in (PASSED, HAZARD, SKIPPED), (result.reason, result.example)
 
 
@@ -651,13 +643,13 @@ GRID_THWS = Case(
     ("check_id", "case"),
     [("prefill.matches_reference", COLLISION), ("grid.split_matches_reference", GRID_THWS)],
 )
-def test_known_findings_of_0_5_10(release, check_id, case):
-    found = replay(CHECKS[check_id], release("0.5.10"), (case, {}))
+def test_known_findings_of_0_5_10(sglang_release, check_id, case):
+    found = replay(CHECKS[check_id], sglang_release("0.5.10"), (case, {}))
     if check_id == "prefill.matches_reference":  # a collision: input a content hash never makes
         assert found.status == HAZARD and found.findings[0].signature.startswith("hash collision")
     else:
         assert found.status == DIVERGENCE
-    assert replay(CHECKS[check_id], release("0.5.23"), (case, {})).status == PASSED
+    assert replay(CHECKS[check_id], sglang_release("0.5.23"), (case, {})).status == PASSED
 
 
 @pytest.mark.network

@@ -344,6 +344,19 @@ VARIETY = {
     "bfloat16": (cases(), lambda c: c.dtype == "bfloat16"),
     "aggregated grid with 3+ rows": (grid_items(aggregated=True), lambda i: len(i.grid) >= 3),
     "grid_thws key": (grid_items(), lambda i: i.grid_key == "grid_thws"),
+    "video of a span per frame": (
+        grid_items(aggregated=True, modalities=("video",)),
+        lambda i: len(i.spans) == sum(t for t, _, _ in i.grid) > len(i.grid),
+    ),
+    "numpy features": (grid_items(feature_forms=("tensor", "numpy")), lambda i: i.feature_form == "numpy"),
+    "no grid, patch data cut by num_patches": (
+        grid_items(aggregated=True, grid_forms=("absent",), model_data=("num_patches", "patch_pixel_values")),
+        lambda i: len(i.model_data) == 2,
+    ),
+    "precomputed rows that follow the grid": (
+        grid_items(aggregated=True, precomputed=True),
+        lambda i: i.precomputed and [e - s + 1 for s, e in i.spans] == [t * h * w for t, h, w in i.grid],
+    ),
     "schedule boundary on a cut": (schedules(seq_len=30, cuts=(7,)), lambda s: 7 in boundaries(s)),
     "schedule boundary next to a cut": (
         schedules(seq_len=30, cuts=(7,)),
@@ -508,6 +521,8 @@ REACHES = {
     "precomputed.matches_reference": set(boundary_classes.CLASSES) - {"same hash, different token counts"},
     "prefill.matches_reference": set(boundary_classes.CLASSES),
     "prefill.cache_independent": set(boundary_classes.CLASSES),
+    # R5: every form a processor hands the splitter, and each layout outside the rule
+    "grid.split_matches_reference": set(boundary_classes.SPLIT_CLASSES),
 }
 
 

@@ -3,6 +3,20 @@
 Not every engine has these options; a target declaring the capability runs
 its prefill with the option on and reports what each scheduler step did, so
 the checks can hold every step to the rule, not only the final rows.
+
+Each example also draws the scheduler's other options, independently
+(``mmharness.strategies.run_options``, ints in the
+example's params): a token budget per step shared by the requests, an encoder
+compute budget, an encoder cache sized near the items (in embeddings), the
+engine's second gather, and the other option (items whole with a drafter). A
+target that can run them has ``scheduled_prefill`` (vLLM's step driver);
+others run with the option alone. Under every combination the same rules
+hold: each step's rows are R3's rows of what it scheduled, no step cuts an
+item (R3w), the drafter's gather finds what was encoded (R3d). And the
+encoder's work is watched (hazards, without hash collisions): no step
+encodes more than its compute budget, and no item is encoded again while a
+cache that evicts its oldest unreferenced entries first, of the size in
+force, would still have held it.
 """
 
 from __future__ import annotations
@@ -12,11 +26,209 @@ from typing import Any
 
 from mmharness import reference, tensors
 from mmharness.checks.common import REFERENCE, collisions_as_hazards
-from mmharness.checks.outcome import Failure, Outcome, observe, value_of
-from mmharness.checks.prefill import UNLIMITED, collision_cases, refused_collision, run, same
+from mmharness.checks.outcome import Failure, Hazard, Outcome, observe, value_of
+from mmharness.checks.prefill import UNLIMITED, refused_collision, run, same
 from mmharness.checks.registry import DIFFERENTIAL, check
-from mmharness.model import Case
+from mmharness.model import Case, Item
 from mmharness.targets.base import DRAFT_LOOKAHEAD, WHOLE_ITEMS, Encoder, Target
+
+
+def _option_cases(device: str, *, whole: int | None = None, drafter: int | None = None):
+    from mmharness import strategies as mst
+
+    return mst.cases(collisions=True, device=device).flatmap(
+        lambda case: mst.run_options(case, whole=whole, drafter=drafter).map(lambda options: (case, options))
+    )
+
+
+def _cache_size(case: Case, params: dict) -> int:
+    rows = params.get("cache_size", 0)
+    return rows * case.row_bytes if rows > 0 else UNLIMITED
+
+
+def _run_with_options(target: Target, case: Case, params: dict, *, whole: bool, drafter: bool) -> Any:
+    """The prefill under the example's drawn options; ``None`` for an allowed refusal.
+
+    The answer has ``rows``, ``steps``, ``drafts`` and ``log`` (``None`` from a
+    target without ``scheduled_prefill``, which runs its option alone).
+    """
+    from types import SimpleNamespace
+
+    scheduled_prefill = getattr(target, "scheduled_prefill", None)
+    if scheduled_prefill is None:
+        method = "whole_item_prefill" if whole else "draft_prefill"
+        served = _served(target, case, method, "prefill with its option")
+        if served is None:
+            return None
+        rows, steps, *drafts = served
+        return SimpleNamespace(rows=rows, steps=steps, drafts=drafts[0] if drafts else [], log=None)
+
+    def positive(key: str) -> int | None:
+        return params[key] if params.get(key, 0) > 0 else None
+
+    call = partial(
+        scheduled_prefill,
+        case,
+        Encoder(case),
+        cache=target.new_cache(_cache_size(case, params)),
+        path="v2" if params.get("v2") else "v1",
+        whole_items=whole,
+        lookahead=1 if drafter else 0,
+        token_budget=positive("token_budget"),
+        encoder_budget=positive("encoder_budget"),
+    )
+    outcome = observe(call)
+    if refused_collision(case, outcome, anywhere=True):
+        return None
+    with collisions_as_hazards(case):
+        served = value_of(outcome, "prefill under scheduler options", "the rows and the steps")
+    return SimpleNamespace(
+        rows=tensors_rows(served.rows),
+        steps=served.steps,
+        drafts=served.drafts,
+        log=served.log,
+        cache_size=served.cache_size,
+        encoder_budget=served.encoder_budget,
+        unit=served.unit,
+    )
+
+
+def tensors_rows(rows: list[Any]) -> Any:
+    """Every request's rows in request order (``None`` when no request has any)."""
+    import torch
+
+    present = [r for r in rows if r is not None]
+    return torch.cat(present) if present else None
+
+
+def _held_to_the_rules(case: Case, served: Any, *, whole: bool, drafter: bool, lookahead: int = 1) -> None:
+    """R3 rows of what was scheduled, R3w's cuts, R3d's drafter gathers, then the encoder's work.
+
+    A divergence is raised before any hazard of the same run.
+    """
+    scheduled = _scheduled(case, served.steps)
+    cut = reference.cut_items(case, served.steps) if whole else []
+    # With a drafter, vLLM's cut right before an item the look-ahead would reach is a hazard (see below).
+    cut_for_lookahead = drafter and all(_cut_for_lookahead(case, served.steps, c, lookahead) for c in cut)
+    if cut and not cut_for_lookahead:
+        raise Failure(
+            "a step cut an item it started, with items scheduled whole",
+            expected="each step ends before an item it cannot finish",
+            actual=f"(request, item) {cut} cut by steps {served.steps}",
+        )
+    _scheduled_rows(case, scheduled, served.rows)
+    if drafter:
+        with collisions_as_hazards(case):
+            for k, start, tokens, draft_rows, draft_mask in served.drafts:
+                _draft_step(case, k, start, tokens, draft_rows, draft_mask)
+    if cut:
+        raise Hazard(
+            "a step cut an item it started, with items scheduled whole and a drafter: it stopped one token"
+            " before the next item, which the drafter's look-ahead would reach",
+            expected="each step ends before an item it cannot finish (the drafter may read the next"
+            " item's first position from token embeddings, R3d)",
+            actual=f"(request, item) {cut} cut by steps {served.steps}",
+            signature="a step cut an item to keep a drafter's look-ahead off the next item",
+        )
+    if served.log is not None and not reference.has_any_collision(case):
+        _encoder_work(case, served, lookahead if drafter else 0)
+
+
+def scheduled_run(target: Target, case: Case, params: dict) -> None:
+    """The case run once under the example's drawn options (items whole and a drafter as drawn), held
+    to the rules; nothing for a target without ``scheduled_prefill`` (``prefill.stateful`` uses it)."""
+    if getattr(target, "scheduled_prefill", None) is None or "token_budget" not in params:
+        return
+    whole, drafter = bool(params.get("whole")), bool(params.get("drafter"))
+    served = _run_with_options(target, case, params, whole=whole, drafter=drafter)
+    if served is not None:
+        _held_to_the_rules(case, served, whole=whole, drafter=drafter)
+
+
+def _cut_for_lookahead(case: Case, steps: list, cut: tuple[int, int], lookahead: int) -> bool:
+    """Whether a step cut the item right before another item of its request starts ``lookahead`` on.
+
+    vLLM, with items whole and a drafter, rolls a step back to one token
+    before the next item it cannot finish (so the drafter's look-ahead stays
+    off it), even when that cuts the item just before: R3w and R3d together
+    (docs/rules.md, "A second engine").
+    """
+    k, i = cut
+    request = case.requests[k]
+    item = request.items[i].extent
+    starts = {other.extent.start for other in request.items}
+    return any(
+        r == k
+        and first <= item.start
+        and item.start < first + n < item.stop
+        and first + n + lookahead in starts
+        for r, first, n in steps
+    )
+
+
+def _cost(item: Item, unit: str) -> int:
+    return item.token_count if unit == "embeddings" else len(item.extent)
+
+
+def _encoder_work(case: Case, served: Any, lookahead: int) -> None:
+    """Hazards of the encoder's work under a compute budget and a cache of a given size.
+
+    - A step's encoder inputs cost at most its compute budget (vLLM raises the
+      budget to its largest item, so one item always fits).
+    - An item is encoded again only when a cache that evicts its oldest
+      unreferenced entry first (vLLM's documented policy) would have evicted
+      it: between the item's last encode and this one, the items any live
+      request could have held or needed (from where it stood to its window's
+      end, and the drafter's look-ahead) together with the item would not
+      fit. Otherwise the cache dropped, or never kept, what it had room for.
+    """
+    ends = [r.prefix_len + r.extend_len for r in case.requests]
+    last: dict[int, int] = {}
+    for t, step in enumerate(served.log):
+        items = [case.requests[k].items[i] for k, i in step.encoded]
+        cost = sum(_cost(item, served.unit) for item in items)
+        if cost > served.encoder_budget:
+            raise Hazard(
+                f"step {t} encoded more than the step's encoder compute budget",
+                expected=f"at most {served.encoder_budget} {served.unit} per step",
+                actual=f"{cost} {served.unit}: (request, item) {step.encoded}",
+                signature="the encoder ran past a step's compute budget",
+            )
+        for (k, i), item in zip(step.encoded, items, strict=True):
+            if item.hash in last:
+                held = _could_hold(case, served.log[last[item.hash] : t + 1], ends, lookahead)
+                held.pop(item.hash, None)
+                need = _cost(item, served.unit) + sum(_cost(other, served.unit) for other in held.values())
+                if need <= served.cache_size:
+                    raise Hazard(
+                        f"step {t} encoded item {i} of request {k} again"
+                        f" (last encoded in step {last[item.hash]})",
+                        expected=(
+                            f"served from a cache of {served.cache_size} {served.unit}: with the items live"
+                            f" requests could hold since ({sorted(held)}), it needs {need}"
+                        ),
+                        actual=f"encoder inputs per step {[s.encoded for s in served.log]}",
+                        signature="re-encoded an item a cache evicting its oldest free entries would hold",
+                    )
+            last[item.hash] = t
+
+
+def _could_hold(case: Case, log: list, ends: list[int], lookahead: int) -> dict[int, Item]:
+    """Hash -> item, for every item a live request of these steps could hold a reference to or allocate.
+
+    A request holds the items it started and has not passed; a step it was
+    scheduled in reaches its tokens and the look-ahead; a step that scheduled
+    nothing of it may still have tried (and evicted for) anything up to its
+    window's end.
+    """
+    held: dict[int, Item] = {}
+    for step in log:
+        for k, computed in step.live.items():
+            reach = ends[k] if k not in step.scheduled else computed + step.scheduled[k]
+            for item in case.requests[k].items:
+                if item.extent.stop > computed and item.extent.start < reach + lookahead:
+                    held.setdefault(item.hash, item)
+    return held
 
 
 def _served(target: Target, case: Case, method: str, what: str) -> Any:
@@ -54,28 +266,21 @@ def _scheduled_rows(case: Case, scheduled: Case, rows: Any) -> None:
     rule="R3w",
     family=DIFFERENTIAL,
     needs={WHOLE_ITEMS},
-    examples=collision_cases,
+    examples=lambda device: _option_cases(device, whole=1),
     sweeps=True,
 )
 def whole_items(target: Target, case: Case, params: dict) -> None:
     """With items scheduled whole, no step cuts an item it started; the rows are R3's of what it ran.
 
-    A cut does not depend on hashes, so only a crash or the rows are a hazard
-    on a batch with a hash collision.
+    Under the drawn scheduler options (a drafter among them). A cut does not
+    depend on hashes, so only a crash or the rows are a hazard on a batch with
+    a hash collision.
     """
-    served = _served(target, case, "whole_item_prefill", "whole-item prefill")
+    drafter = bool(params.get("drafter"))
+    served = _run_with_options(target, case, params, whole=True, drafter=drafter)
     if served is None:
         return
-    rows, steps = served
-    scheduled = _scheduled(case, steps)
-    cut = reference.cut_items(case, steps)
-    if cut:
-        raise Failure(
-            "a step cut an item it started, with items scheduled whole",
-            expected="each step ends before an item it cannot finish",
-            actual=f"(request, item) {cut} cut by steps {steps}",
-        )
-    _scheduled_rows(case, scheduled, rows)
+    _held_to_the_rules(case, served, whole=True, drafter=drafter)
 
 
 @check(
@@ -83,7 +288,7 @@ def whole_items(target: Target, case: Case, params: dict) -> None:
     rule="R3d",
     family=DIFFERENTIAL,
     needs={DRAFT_LOOKAHEAD},
-    examples=collision_cases,
+    examples=lambda device: _option_cases(device, drafter=1),
     sweeps=True,
 )
 def draft_lookahead(target: Target, case: Case, params: dict) -> None:
@@ -93,16 +298,14 @@ def draft_lookahead(target: Target, case: Case, params: dict) -> None:
     mask marks placeholder positions only, and every one of an item the step
     itself reached (it starts before the step's end); an item starting at the
     step's end may be left to token embeddings. The rows, in mask order, are
-    those positions' rows.
+    those positions' rows. Under the drawn scheduler options (items whole
+    among them; the drafter's gather on the drawn path where it has one).
     """
-    served = _served(target, case, "draft_prefill", "prefill with a drafter")
+    whole = bool(params.get("whole"))
+    served = _run_with_options(target, case, params, whole=whole, drafter=True)
     if served is None:
         return
-    rows, steps, drafts = served
-    _scheduled_rows(case, _scheduled(case, steps), rows)
-    with collisions_as_hazards(case):
-        for k, start, tokens, draft_rows, draft_mask in drafts:
-            _draft_step(case, k, start, tokens, draft_rows, draft_mask)
+    _held_to_the_rules(case, served, whole=whole, drafter=True)
 
 
 def _draft_step(case: Case, k: int, start: int, tokens: int, draft_rows: Any, draft_mask: Any) -> None:

@@ -25,8 +25,8 @@ from mmharness.checks.common import (
 )
 from mmharness.checks.outcome import Hazard, Outcome, expect_same, is_clear_error, observe, value_of
 from mmharness.checks.registry import DIFFERENTIAL, HAZARD, METAMORPHIC, check
-from mmharness.model import Case
-from mmharness.targets.base import PREFILL, Encoder, Target, paths_of
+from mmharness.model import Case, listed_windows
+from mmharness.targets.base import COUNT, PREFILL, SHORT_LISTS, Encoder, Target, paths_of
 
 UNLIMITED = 1 << 40
 
@@ -224,3 +224,48 @@ def permutation(target: Target, case: Case, params: dict) -> None:
 
     same(case, f"requests in order {order}", blocks_in_order(call, case, order), call(permute(case, order)))
 
+
+
+def short_list_cases(device: str):
+    from mmharness import strategies as mst
+
+    drawn = mst.cases(min_requests=1, min_items_total=1, short_lists=True, collisions=True, device=device)
+    return plain(drawn)
+
+
+@check(
+    "prefill.short_lists",
+    rule="R3",
+    family=DIFFERENTIAL,
+    needs={PREFILL, SHORT_LISTS},
+    examples=short_list_cases,
+    sweeps=True,
+)
+@collisions_are_hazards
+def short_lists(target: Target, case: Case, params: dict) -> None:
+    """Per-request lists shorter than the batch (EAGLE's ``prefix_length``/``extend_length``): a request
+    past either list's end is prefilled nowhere this step (no rows, no tokens counted, nothing encoded);
+    the others are served their windows' rows as usual."""
+    served = listed_windows(case)
+    actual, encoder = run(target, case)
+    if refused_collision(served, actual):
+        return
+    same(case, "chunked prefill, short per-request lists", run(REFERENCE, served)[0], actual)
+    if COUNT in target.capabilities:
+        expect_same(
+            case,
+            "MM tokens in extend, short per-request lists",
+            observe(partial(REFERENCE.count_mm_tokens, served)),
+            observe(partial(target.count_mm_tokens, case)),
+        )
+    listed = {(i.hash, i.token_count) for r in case.requests[: case.listed] for i in r.items}
+    unlisted = sorted(
+        {(i.hash, i.token_count) for r in case.requests[case.listed :] for i in r.items} - listed
+    )
+    encoded = [key for key in unlisted if key in encoder.encoded]
+    if encoded:
+        raise Hazard(
+            "an item of a request past the per-request lists' end was encoded",
+            expected=f"nothing of requests {case.listed}.. encoded",
+            actual=f"{encoded} in calls {encoder.calls}",
+        )

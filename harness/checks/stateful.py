@@ -14,6 +14,13 @@ encoders that reuse their output buffers. After every step:
 - a warm cache with room does not re-encode an item it holds (a hazard:
   encoder work not needed; items outside a window are ``prefill.encoder_calls``'s).
 
+A target that runs scheduler options (``scheduled_prefill``: vLLM's step
+driver) then runs the case once more under the example's drawn options
+(``mmharness.checks.options``): requests sharing each step's token budget on a
+cache sized near the items, an encoder budget below it, items whole or a
+drafter as drawn. Its steps are held to R3 (and R3w, R3d), and its encoder
+work to the step's budget and to what a cache of that size would hold.
+
 A divergence is reported before any hazard of the same program. A failing
 program is saved with its steps and replays like any other case.
 """
@@ -27,6 +34,7 @@ from typing import Any
 from mmharness import steps as program
 from mmharness.checks.common import REFERENCE, collisions_are_hazards
 from mmharness.checks.embed_mask import compare
+from mmharness.checks.options import scheduled_run
 from mmharness.checks.outcome import Failure, Hazard, Outcome, is_clear_error, observe
 from mmharness.checks.prefill import UNLIMITED, same
 from mmharness.checks.registry import DIFFERENTIAL, check
@@ -38,10 +46,15 @@ SCRIBBLE = 512.0
 
 
 def _programs(device: str):
+    from hypothesis import strategies as st
     from mmharness import strategies as mst
 
     cases = mst.cases(min_requests=1, max_requests=3, min_items_total=1, collisions=True, device=device)
-    return cases.flatmap(lambda case: mst.prefill_programs(case).map(lambda steps: (case, {"steps": steps})))
+    return cases.flatmap(
+        lambda case: st.tuples(mst.prefill_programs(case), mst.run_options(case)).map(
+            lambda drawn: (case, {"steps": drawn[0], **drawn[1]})
+        )
+    )
 
 
 class BufferReusingEncoder(Encoder):
@@ -203,5 +216,11 @@ def stateful(target: Target, case: Case, params: dict) -> None:
     machine = Machine(target, case)
     for k, step in enumerate(params["steps"]):
         machine.run(k, step)
+    # The engine's own scheduler across steps: the requests share each step's token budget, so one stops
+    # inside an item while the others allocate and evict (a target that runs scheduler options).
+    try:
+        scheduled_run(target, case, params)
+    except Hazard as hazard:
+        machine.hazards.append(hazard)
     if machine.hazards:
         raise machine.hazards[0]

@@ -29,6 +29,7 @@ ONE_GRID = "one_grid"  # R5 image_feature
 SPLIT = "split"  # R5 split_item
 WHOLE_ITEMS = "whole_items"  # R3w whole_item_prefill: an engine option, not in every engine
 DRAFT_LOOKAHEAD = "draft_lookahead"  # R3d draft_prefill: an engine option, not in every engine
+SHORT_LISTS = "short_lists"  # R3 with per-request lists shorter than the batch (EAGLE's convention)
 
 ALL_CAPABILITIES = frozenset(
     {CHUNK, PRECOMPUTED, PREFILL, PER_REQUEST_PATH, EMBED_AND_MASK, COUNT, ADJUST, ONE_GRID, SPLIT}
@@ -57,6 +58,7 @@ METHODS: dict[str, tuple[str, ...]] = {
     SPLIT: ("split_item",),
     WHOLE_ITEMS: ("whole_item_prefill", "new_cache"),
     DRAFT_LOOKAHEAD: ("draft_prefill", "new_cache"),
+    SHORT_LISTS: ("chunked_prefill_embedding", "new_cache"),
 }
 """What a target declaring a capability must implement; a target implements only what it declares."""
 
@@ -162,10 +164,18 @@ class Encoder:
 
 @dataclass(frozen=True)
 class FeatureItem:
-    """An item with the vision features an engine would carry for it (R5)."""
+    """An item with the vision features an engine would carry for it (R5).
+
+    ``features`` comes in the item's ``feature_form`` (a tensor unless it says
+    otherwise; ``None`` for a precomputed item, whose rows are ``embedding``);
+    ``model_data`` is the engine item's model data beside its grid
+    (``mmharness.item_data`` makes all three).
+    """
 
     item: Item
-    features: torch.Tensor
+    features: Any
+    embedding: Any = None
+    model_data: Mapping[str, Any] = field(default_factory=dict)
 
 
 @runtime_checkable

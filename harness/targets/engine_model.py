@@ -13,15 +13,15 @@ from __future__ import annotations
 
 import sys
 from collections import OrderedDict
-from collections.abc import Hashable, Sequence
+from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import replace
 from itertools import accumulate, pairwise
 from typing import TYPE_CHECKING, Any
 
 from mmharness import tensors
-from mmharness.model import Case, CaseError, Item, Request, Span, problems
+from mmharness.model import MODALITIES, MODEL_DATA_KEYS, Case, CaseError, Item, Request, Span, problems
 from mmharness.reference import INSUFFICIENT_PREFIX, ONE_GRID_MESSAGE, PARTIAL_PRECOMPUTED_MESSAGE
-from mmharness.targets.base import ALL_CAPABILITIES, Encoder, FeatureItem, Path
+from mmharness.targets.base import ALL_CAPABILITIES, SHORT_LISTS, Encoder, FeatureItem, Path
 
 if TYPE_CHECKING:
     import torch
@@ -106,10 +106,28 @@ class EmbeddingCache:
         return True
 
 
+def _modality_order(modality: str) -> int:
+    return MODALITIES.index(modality) if modality in MODALITIES else len(MODALITIES)
+
+
+class _ModalityEncoder:
+    """One modality's encoder: an item of another modality handed to it is the engine's mistake."""
+
+    def __init__(self, encoder: Encoder, modality: str) -> None:
+        self.encoder = encoder
+        self.modality = modality
+
+    def __call__(self, items: Sequence[Item]) -> Any:
+        strays = sorted({item.modality for item in items} - {self.modality})
+        if strays:
+            raise RuntimeError(f"the {self.modality} encoder was handed {' and '.join(strays)} items")
+        return self.encoder(items)
+
+
 class EngineModel:
     """Every rule by index arithmetic; ``bug`` names the one seeded mistake (``None``: correct)."""
 
-    capabilities = ALL_CAPABILITIES
+    capabilities = ALL_CAPABILITIES | {SHORT_LISTS}
 
     def __init__(self, bug: str | None = None, name: str = "engine_model") -> None:
         self.bug = bug
@@ -125,6 +143,27 @@ class EngineModel:
         for problem in problems(case):
             if not self._skips_check(problem):
                 raise problem
+
+    def _listed(self, case: Case) -> Case:
+        """The windows an engine reads off per-request lists shorter than the batch (EAGLE's).
+
+        Requests are walked while ``prefix_length`` lasts; an item-less request is
+        skipped before its ``extend_length`` is read, and a missing one reads as 0.
+        """
+        if case.prefix_listed is None and case.extend_listed is None:
+            return case
+        prefix_length = [r.prefix_len for r in case.requests][: case.prefix_listed]
+        extend_length = [r.extend_len for r in case.requests][: case.extend_listed]
+        requests = []
+        for i, req in enumerate(case.requests):
+            if i >= len(prefix_length) or not req.items:
+                extend = 0 if i >= len(prefix_length) else req.extend_len
+            elif i < len(extend_length) or self.bug == "short_extend_list_indexed":
+                extend = extend_length[i]
+            else:
+                extend = 0
+            requests.append(replace(req, extend_len=extend))
+        return replace(case, requests=tuple(requests), prefix_listed=None, extend_listed=None)
 
     def _skips_check(self, problem: CaseError) -> bool:
         """The validation an engine forgot (the robustness mutants)."""
@@ -172,6 +211,7 @@ class EngineModel:
 
     def precomputed_embedding(self, case: Case) -> torch.Tensor | None:
         self._validate(case)
+        case = self._listed(case)
         torch = _torch()
         requests = [
             req for req in case.requests if req.items or self.bug == "precomputed_empty_request_not_skipped"
@@ -230,6 +270,7 @@ class EngineModel:
         if path not in PATHS:
             raise ValueError(f"unknown path {path!r}; expected one of {', '.join(PATHS)}")
         self._validate(case)
+        case = self._listed(case)
         inside = [[item for item in req.items if self._overlaps(item, req)] for req in case.requests]
         if not any(inside):
             return None
@@ -396,6 +437,44 @@ class EngineModel:
     def embedding_and_mask(
         self, case: Case, encoder: Encoder, *, cache: Any = None
     ) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+        """R3e as an engine's caller runs it: each modality apart, with its own encoder (a model's
+        ``get_image_feature``, ``get_audio_feature``), its rows scattered by its own mask."""
+        modalities = sorted({item.modality for _, _, item in case.items()}, key=_modality_order)
+        if len(modalities) <= 1:
+            return self._embedding_and_mask(case, encoder, cache=cache)
+        torch = _torch()
+        input_ids, _ = tensors.input_ids(case)
+        dtype = getattr(torch, case.dtype)
+        embeds = torch.zeros(input_ids.shape[0], case.hidden, dtype=dtype, device=case.device)
+        union = torch.zeros(input_ids.shape[0], dtype=torch.bool, device=case.device)
+        for modality in modalities:
+            one = _ModalityEncoder(encoder, modality)
+            rows, mask = self._embedding_and_mask(self._of_modality(case, modality), one, cache=cache)
+            if rows is None or mask is None:
+                continue
+            mask = mask.reshape(-1)
+            embeds[mask] = rows.reshape(-1, rows.shape[-1]).to(embeds.dtype)
+            union |= mask
+        if not union.any():
+            return None, None
+        return embeds[union], union
+
+    def _of_modality(self, case: Case, modality: str) -> Case:
+        """The batch as one modality's call sees it: every request, with only that modality's items."""
+
+        def kind(request: Request, item: Item) -> str:
+            if self.bug == "modality_of_first_item":
+                return request.items[0].modality
+            return item.modality
+
+        requests = tuple(
+            replace(r, items=tuple(i for i in r.items if kind(r, i) == modality)) for r in case.requests
+        )
+        return replace(case, requests=requests)
+
+    def _embedding_and_mask(
+        self, case: Case, encoder: Encoder, *, cache: Any = None
+    ) -> tuple[torch.Tensor | None, torch.Tensor | None]:
         embedding = None
         if self.bug != "embed_mask_skips_precomputed":
             embedding = self.precomputed_embedding(case)
@@ -418,6 +497,7 @@ class EngineModel:
 
     def count_mm_tokens(self, case: Case) -> int:
         self._validate(case)
+        case = self._listed(case)
         total = 0
         for req in case.requests:
             spans = [span for item in req.items for span in item.spans]
@@ -465,30 +545,160 @@ class EngineModel:
         return _torch().cat([feature_item.features for feature_item in items])
 
     def split_item(self, case: Case, item: FeatureItem) -> list[FeatureItem]:
-        """One item per span, each with its grid row and next ``t*h*w`` feature rows."""
+        """Cut an aggregated item as an engine does: by grid row, or without a grid entry by entry.
+
+        Lengths decide, as in an engine: the carrier's first dimension (features,
+        else precomputed rows) against the grid's ``t*h*w`` counts, and each
+        model-data value's against the part and patch counts. Anything that does
+        not line up is refused with a ``ValueError``.
+        """
         whole = item.item
-        if len(whole.spans) == 1:
+        count = len(whole.spans)
+        if count <= 1:
             return [item]
-        if len(whole.spans) != len(whole.grid):
-            raise ValueError(f"cannot split {len(whole.spans)} spans over {len(whole.grid)} grid rows")
-        bounds = list(accumulate((t * h * w for t, h, w in whole.grid), initial=0))
+        if whole.grid_form == "flat":
+            if self.bug == "split_flat_grid_crashes":
+                raise IndexError("too many indices for tensor of dimension 1")
+            raise ValueError(f"cannot split {count} spans: a flat (rank-1) grid")
+        if whole.grid_form == "absent":
+            return self._split_entries(item, count)
+        groups = self._span_groups(whole)
+        if groups is None:
+            if self.bug == "split_mismatched_grid_per_span" and whole.modality == "image":
+                return self._split_per_span(item)
+            raise ValueError(f"cannot split {count} spans: {len(whole.grid)} grid rows for {count} spans")
+        counts = [t * h * w for t, h, w in whole.grid]
+        carried = _first_dim(item.features if item.embedding is None else item.embedding)
+        if item.embedding is not None:
+            if [sum(e - s + 1 for s, e in group) for group in groups] != counts:
+                raise ValueError(f"cannot split {count} spans: precomputed rows that do not follow the grid")
+        elif carried != sum(counts) and self.bug != "split_ignores_feature_total":
+            raise ValueError(f"cannot split {count} spans: {carried} feature rows for {sum(counts)} patches")
+        bounds = list(accumulate(counts, initial=0))
         if self.bug == "split_drops_last_patch_rows":
             bounds[-1] -= 1
+        if self.bug == "split_ignores_feature_total":
+            bounds[-1] = carried or 0
         return [
-            FeatureItem(self._part(whole, span, grid_row), item.features[lo:hi])
-            for span, grid_row, (lo, hi) in zip(whole.spans, whole.grid, pairwise(bounds), strict=True)
+            FeatureItem(
+                self._part(whole, group, row),
+                self._cut_features(item.features, lo, hi, k),
+                embedding=self._cut_embedding(item.embedding, lo, hi),
+                model_data=self._cut_data(item.model_data, k, len(groups), (lo, hi), bounds[-1]),
+            )
+            for k, (group, row, (lo, hi)) in enumerate(zip(groups, whole.grid, pairwise(bounds), strict=True))
         ]
 
-    def _part(self, whole: Item, span: Span, grid_row: tuple[int, int, int]) -> Item:
-        """The split item of one span: same content key, one grid row."""
+    def _span_groups(self, whole: Item) -> list[tuple[Span, ...]] | None:
+        """Each part's spans: an image's one span per grid row; a video's ``t`` frame spans per row
+        (or one span per video)."""
+        spans, rows = whole.spans, len(whole.grid)
+        video = whole.modality == "video" and whole.grid_key == "video_grid_thw"
+        if video and self.bug != "split_video_as_images":
+            frames = [t for t, _, _ in whole.grid]
+            starts = list(accumulate(frames, initial=0))
+            if len(spans) == starts[-1]:
+                return [spans[a:b] for a, b in pairwise(starts)]
+        elif not video and (whole.modality != "image" or whole.grid_key == "video_grid_thw"):
+            return None
+        return [(span,) for span in spans] if len(spans) == rows else None
+
+    def _split_entries(self, item: FeatureItem, count: int) -> list[FeatureItem]:
+        """No grid: one part per span, each with one entry; patch-aligned data cut by ``num_patches``."""
+        whole = item.item
+        carried = _first_dim(item.features if item.embedding is None else item.embedding)
+        if carried != count:
+            raise ValueError(f"cannot split {count} spans: no grid, {carried} entries for {count} spans")
+        sizes = item.model_data.get("num_patches")
+        if sizes is not None:
+            sizes = [int(n) for n in (sizes.tolist() if hasattr(sizes, "tolist") else sizes)]
+        for key, value in item.model_data.items():
+            alignment = MODEL_DATA_KEYS.get(key)
+            if alignment == "row" and _first_dim(value) != count:
+                raise ValueError(f"cannot split {count} spans: no grid, {key} has no entry per span")
+            if alignment == "patch" and (sizes is None or len(sizes) != count):
+                raise ValueError(f"cannot split {count} spans: no grid, patch data without num_patches")
+        if self.bug == "split_ignores_num_patches":
+            sizes = None
+        patch_bounds = list(pairwise(accumulate(sizes, initial=0))) if sizes else [(0, 0)] * count
+        total = patch_bounds[-1][1] if sizes else -1
+        return [
+            FeatureItem(
+                replace(
+                    whole,
+                    spans=(span,),
+                    grid=(whole.grid[k],) if len(whole.grid) == count else (),
+                    feature_rows=None if item.embedding is not None else 1,
+                ),
+                self._cut_features(item.features, k, k + 1, k),
+                embedding=self._cut_embedding(item.embedding, k, k + 1),
+                model_data=self._cut_data(item.model_data, k, count, patch_bounds[k], total),
+            )
+            for k, span in enumerate(whole.spans)
+        ]
+
+    def _split_per_span(self, item: FeatureItem) -> list[FeatureItem]:
+        """The seeded bug: an image whose grid does not match its spans is cut one entry per span,
+        every part keeping the whole grid."""
+        whole = item.item
+        return [
+            FeatureItem(
+                replace(whole, spans=(span,)),
+                self._cut_features(item.features, k, k + 1, k),
+                embedding=self._cut_embedding(item.embedding, k, k + 1),
+                model_data=dict(item.model_data),
+            )
+            for k, span in enumerate(whole.spans)
+        ]
+
+    def _cut_features(self, features: Any, lo: int, hi: int, k: int) -> Any:
+        if features is None:
+            return None
+        if self.bug == "split_numpy_features_whole" and type(features).__module__ == "numpy":
+            return features
+        if self.bug == "split_sequence_features_by_part" and isinstance(features, (list, tuple)):
+            return [features[k]]
+        return features[lo:hi]
+
+    def _cut_embedding(self, embedding: Any, lo: int, hi: int) -> Any:
+        if embedding is None or self.bug == "split_precomputed_kept_whole":
+            return embedding
+        return embedding[lo:hi]
+
+    def _cut_data(
+        self, data: Mapping[str, Any], k: int, parts: int, patches: tuple[int, int], total: int
+    ) -> dict[str, Any]:
+        """Each value by its length: one per part (entry ``k``), one per patch (rows ``patches``), or
+        anything else, copied."""
+        cut: dict[str, Any] = {}
+        for key, value in data.items():
+            length = _first_dim(value)
+            listed = isinstance(value, (list, tuple))
+            if length is None:
+                if self.bug != "split_scalar_data_dropped":
+                    cut[key] = value
+            elif listed and self.bug == "split_list_data_copied":
+                cut[key] = value
+            elif length == parts:
+                cut[key] = [value[k]] if listed else value[k : k + 1]
+            elif length == total and self.bug != "split_patch_data_copied":
+                cut[key] = value[patches[0] : patches[1]]
+            else:
+                cut[key] = value
+        return cut
+
+    def _part(self, whole: Item, spans: tuple[Span, ...], grid_row: tuple[int, int, int]) -> Item:
+        """The split item of one grid row: same content key, its spans, one grid row."""
         if self.bug == "split_spans_relative":
             origin = whole.spans[0][0]
-            span = (span[0] - origin, span[1] - origin)
+            spans = tuple((start - origin, end - origin) for start, end in spans)
         grid = whole.grid if self.bug == "split_keeps_aggregated_grid" else (grid_row,)
-        return Item(
-            spans=(span,),
-            hash=whole.hash,
-            modality=whole.modality,
-            grid=grid,
-            grid_key=whole.grid_key,
-        )
+        return replace(whole, spans=spans, grid=grid, grid_form="rows", feature_rows=None)
+
+
+def _first_dim(value: Any) -> int | None:
+    """A value's length along its first dimension; ``None`` for a scalar (or no value)."""
+    if isinstance(value, (list, tuple)):
+        return len(value)
+    shape = getattr(value, "shape", None)
+    return int(shape[0]) if shape is not None and len(shape) > 0 else None

@@ -98,6 +98,11 @@ _MUTANTS = (
     Mutant("prefill_per_request_off_by_one", "R3", "per-request path: the window starts one late"),
     Mutant("prefill_reads_back_from_cache", "R3", "rows read back from the cache: a refused item drops"),
     Mutant(
+        "short_extend_list_indexed",
+        "R3",
+        "extend_length is indexed past its end: per-request lists shorter than the batch (EAGLE) crash",
+    ),
+    Mutant(
         "prefill_overlap_by_extent",
         "R3",
         "a window between a video's spans counts as overlap",
@@ -127,6 +132,11 @@ _MUTANTS = (
     Mutant("mask_first_placeholder_only", "R3e", "the mask uses only the first placeholder id"),
     Mutant("mask_marks_text", "R3e", "the mask marks the text tokens instead of the placeholders"),
     Mutant("embed_mask_skips_precomputed", "R3e", "precomputed rows are never tried (encoder only)"),
+    Mutant(
+        "modality_of_first_item",
+        "R3e",
+        "the per-modality split reads a request's first item's modality for all its items",
+    ),
     # R4 count and adjust
     Mutant("count_inclusive_end", "R4", "the count includes the position at the window end"),
     Mutant("adjust_keeps_first", "R4", "surplus rows are cut from the end, keeping the first"),
@@ -147,6 +157,28 @@ _MUTANTS = (
     Mutant("split_drops_last_patch_rows", "R5", "the last split item loses its last feature row"),
     Mutant("split_keeps_aggregated_grid", "R5", "split items keep the whole aggregated grid"),
     Mutant("split_spans_relative", "R5", "split spans become offsets from the item's first position"),
+    # R5 on each form processors hand the splitter: each bug shows on its form only
+    Mutant("split_video_as_images", "R5", "a video is cut like images: a span per frame is refused"),
+    Mutant("split_numpy_features_whole", "R5", "numpy features are not cut: every part keeps them all"),
+    Mutant("split_sequence_features_by_part", "R5", "list or tuple features are cut an entry per part"),
+    Mutant("split_list_data_copied", "R5", "list or tuple model data is copied to every part, not cut"),
+    Mutant("split_patch_data_copied", "R5", "patch-aligned model data is copied to every part, not cut"),
+    Mutant("split_scalar_data_dropped", "R5", "scalar model data is dropped from the parts"),
+    Mutant("split_ignores_num_patches", "R5", "no grid: patch-aligned data is copied, num_patches ignored"),
+    Mutant("split_precomputed_kept_whole", "R5", "precomputed embeddings are not cut: every part keeps all"),
+    Mutant(
+        "split_mismatched_grid_per_span",
+        "R5",
+        "an image whose grid rows differ from its spans is cut a span per part, keeping the whole grid",
+        hazard=True,
+    ),
+    Mutant("split_flat_grid_crashes", "R5", "a rank-1 grid is indexed as rows: IndexError", hazard=True),
+    Mutant(
+        "split_ignores_feature_total",
+        "R5",
+        "feature rows are cut by t*h*w without checking the total: the last part takes the rest",
+        hazard=True,
+    ),
 )
 
 MUTANTS: dict[str, Mutant] = {m.name: m for m in _MUTANTS}

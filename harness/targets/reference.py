@@ -96,21 +96,10 @@ class ReferenceTarget:
         return torch.cat([feature_item.features for feature_item in items])
 
     def split_item(self, case: Case, item: FeatureItem) -> list[FeatureItem]:
-        if len(item.item.spans) == 1:
-            return [item]
-        return [
-            FeatureItem(
-                Item(
-                    spans=(part.span,),
-                    hash=item.item.hash,
-                    modality=item.item.modality,
-                    grid=(part.grid_row,),
-                    grid_key=item.item.grid_key,
-                ),
-                item.features[part.features.start : part.features.stop],
-            )
-            for part in reference.split_item(item.item)
-        ]
+        """R5's parts (``mmharness.item_data.expected_parts``); outside the rule, a clear ``ValueError``."""
+        from mmharness import item_data
+
+        return item_data.expected_parts(item)
 
 
 def _per_item(output: torch.Tensor | list[torch.Tensor], items: list[Item]) -> list[torch.Tensor]:

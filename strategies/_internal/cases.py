@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from hypothesis.errors import InvalidArgument
 from hypothesis.strategies import DrawFn, SearchStrategy
 from mmharness.model import DEVICES, DTYPES, NDIMS, Case, Item, Request
-from mmharness.strategies._internal.choices import integer
+from mmharness.strategies._internal.choices import integer, pick
 from mmharness.strategies._internal.coverage import COVERAGES, draw_coverage, min_items_for
 from mmharness.strategies._internal.items import HashPool
 from mmharness.strategies._internal.requests import (
@@ -104,6 +104,19 @@ def draw_drafts(
     return drafts
 
 
+def draw_listed(draw: DrawFn, case: Case) -> Case:
+    """Per-request lists shorter than the batch (EAGLE's convention): ``prefix_length`` and
+    ``extend_length`` each cover a drawn head of the requests.
+
+    Each length is one request short half the time (the edge a missing guard
+    trips on), else any length up to the whole batch; shrinking gives whole lists.
+    """
+    n = len(case.requests)
+    prefix = n - pick(draw, 0, n, (1, 1, n))
+    extend = n - pick(draw, 0, n, (1, 1, n))
+    return replace(case, prefix_listed=prefix, extend_listed=extend)
+
+
 @st.composite
 def _cases(
     draw: DrawFn,
@@ -115,6 +128,7 @@ def _cases(
     coverage: str,
     duplicates: bool,
     collisions: bool,
+    short_lists: bool = False,
 ) -> Case:
     pool = HashPool(duplicates=duplicates, collisions=collisions)
     drafts = draw_drafts(
@@ -125,7 +139,8 @@ def _cases(
         max_requests=max_requests,
         min_items_total=min_items_total,
     )
-    return fmt.draw_case(draw, build_requests(draw, drafts, coverage))
+    case = fmt.draw_case(draw, build_requests(draw, drafts, coverage))
+    return draw_listed(draw, case) if short_lists else case
 
 
 def cases(
@@ -144,6 +159,7 @@ def cases(
     min_items_total: int = 0,
     device: str = "cpu",
     item_devices: Sequence[str] = (),
+    short_lists: bool = False,
 ) -> SearchStrategy[Case]:
     """Well-formed batches: the input of every differential and metamorphic check.
 
@@ -152,7 +168,9 @@ def cases(
     across requests), ``collisions`` reuses one for a different token count;
     ``min_items_total`` guarantees items for checks that need one;
     ``item_devices`` (e.g. ``("cpu", "cuda")``) gives each item a device of its
-    own, drawn from those: a batch mixing devices (R6).
+    own, drawn from those: a batch mixing devices (R6). ``short_lists`` draws
+    ``prefix_listed`` and ``extend_listed``: the engine's per-request lists
+    shorter than the batch, as EAGLE hands them (R3).
     """
     shape = check_shape(
         max_items=max_items, max_spans_per_item=max_spans_per_item, max_seq_len=max_seq_len
@@ -166,6 +184,7 @@ def cases(
     check_choice("coverage", coverage, COVERAGES)
     check_bool("duplicates", duplicates)
     check_bool("collisions", collisions)
+    check_bool("short_lists", short_lists)
     check_int("min_items_total", min_items_total, min_value=0)
     need = max(min_items_total, min_items_for(coverage))
     if need > max_requests * shape.item_cap:
@@ -175,5 +194,5 @@ def cases(
             f"max_items={max_items}, max_seq_len={max_seq_len})"
         )
     return _cases(
-        shape, fmt, min_requests, max_requests, need, coverage, duplicates, collisions
+        shape, fmt, min_requests, max_requests, need, coverage, duplicates, collisions, short_lists
     )

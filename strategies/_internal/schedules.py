@@ -13,7 +13,8 @@ from collections.abc import Sequence
 from hypothesis import strategies as st
 from hypothesis.errors import InvalidArgument
 from hypothesis.strategies import DrawFn, SearchStrategy
-from mmharness.strategies._internal.choices import pick
+from mmharness.model import Case
+from mmharness.strategies._internal.choices import integer, pick
 from mmharness.strategies._internal.validation import check_int
 
 
@@ -45,3 +46,51 @@ def schedules(*, seq_len: int, cuts: Sequence[int] = ()) -> SearchStrategy[tuple
         check_int(f"cuts[{i}]", cut)
     near = {c + d for c in cuts for d in (-1, 0, 1)}
     return _schedules(seq_len, tuple(sorted(c for c in near if 0 < c < seq_len)))
+
+
+RUN_OPTIONS = ("token_budget", "encoder_budget", "cache_size", "v2", "whole", "drafter")
+"""The scheduler options an engine run may be given (all ints, so a saved example replays)."""
+
+
+@st.composite
+def _run_options(draw: DrawFn, case: Case, whole: int | None, drafter: int | None) -> dict[str, int]:
+    costs = sorted((item.token_count for _, _, item in case.items()), reverse=True)
+    extents = sorted({len(item.extent) for _, _, item in case.items()})
+    largest = costs[0] if costs else 1
+    total = max(sum(costs), 1)
+    pairs = [costs[0] + costs[1] - 1, costs[0] + costs[1]] if len(costs) > 1 else []
+    # Sizes near the items': a cache that holds the largest item but not two, so items evict one another.
+    near = [largest, largest + 1, *pairs, total // 2, total - 1]
+    windows = max(sum(r.extend_len for r in case.requests), 1)
+    options = {
+        # 0: the option's default (no token budget, the encoder budget the cache's size, an unlimited cache)
+        "cache_size": 0 if integer(draw, 0, 2) == 0 else pick(draw, 1, total, near),
+        "encoder_budget": 0 if integer(draw, 0, 1) == 0 else pick(draw, 1, total, [1, largest, largest + 1]),
+        "token_budget": 0
+        if integer(draw, 0, 2) == 0
+        else pick(draw, 1, windows, [1, *(e + d for e in extents for d in (-1, 0, 1)), windows // 2]),
+        "v2": integer(draw, 0, 1),
+    }
+    options["whole"] = integer(draw, 0, 1) if whole is None else whole
+    options["drafter"] = integer(draw, 0, 1) if drafter is None else drafter
+    return options
+
+
+def run_options(
+    case: Case, *, whole: int | None = None, drafter: int | None = None
+) -> SearchStrategy[dict[str, int]]:
+    """Scheduler options for running ``case`` on an engine, each drawn on its own (``RUN_OPTIONS``).
+
+    ``cache_size`` (encoder cache, in embeddings) and ``encoder_budget`` (the
+    encoder's work per step) are drawn near the items' sizes, so the budget is
+    often smaller than the cache and the cache often holds one large item but
+    not two; ``token_budget`` (one step's tokens, shared by the requests) near
+    the items' extents, so a request stops inside an item while others run.
+    ``v2`` picks the engine's second gather; ``whole`` (items scheduled whole)
+    and ``drafter`` (a drafter reading one token ahead) are drawn unless given.
+    0 is each option's default, so examples shrink toward a plain run.
+    """
+    for name, value in (("whole", whole), ("drafter", drafter)):
+        if value is not None:
+            check_int(name, value, min_value=0)
+    return _run_options(case, whole, drafter)

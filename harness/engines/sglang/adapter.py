@@ -4,14 +4,18 @@ The adapter finds what a release has rather than assuming it: which module holds
 the rules, which form each function takes (``mmharness.engines.sglang.forms``:
 ``_get_precomputed_embedding`` took one argument and ignored the window in
 0.4.x; ``_adjust_embedding_length`` took a mask before it took a count;
-``_get_chunked_prefill_embedding`` gained ``input_ids``), whether a per-request
-path switch, the splitter and Kimi-K3 exist. What a release lacks is absent
+``_get_chunked_prefill_embedding`` gained ``input_ids``), which per-request
+path flags it reads (each one a path: ``per_request_hip``, ``per_request_npu``,
+...), the splitter and Kimi-K3. What a release lacks is absent
 from ``capabilities`` and explained in ``missing``, which the runner's skip
 reasons quote; a function of an unknown form is never called.
 
-A ``Case`` becomes the engine's own arguments: one engine item per case item
-(offsets as ``(start, end)`` pairs, placeholder id as ``pad_value``), cumulative
-``items_size``, per-request prefix and extend lengths and ``items_offset_list``.
+A ``Case`` becomes the engine's own arguments, as the engine's caller
+(``embed_mm_inputs``) makes them: one call per modality, one engine item per
+case item of it (offsets as ``(start, end)`` pairs, placeholder id as
+``pad_value``), cumulative ``items_size``, per-request prefix and extend
+lengths (cut short where the case says, as EAGLE hands them) and
+``items_offset_list``; end to end goes through ``embed_mm_inputs`` itself.
 Adapter-level problems are left for the engine to raise, so the checks compare
 the engine's own errors. Every call into the engine is watched: a stub or item
 attribute the harness cannot answer, reached during the call, turns the call's
@@ -21,18 +25,20 @@ code caught the error.
 
 from __future__ import annotations
 
+import inspect
 import logging
+import re
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from itertools import accumulate
 from types import ModuleType, SimpleNamespace
 from typing import TYPE_CHECKING, Any
 
-from mmharness import tensors
+from mmharness import item_data, tensors
 from mmharness.engines.sglang import forms, items, layout, shims
 from mmharness.engines.sglang.forms import Found
-from mmharness.model import Case, Item
+from mmharness.model import Case, Item, listed_windows
 from mmharness.targets import base, loader
 from mmharness.targets.base import Encoder, FeatureItem, HarnessGap, Path, TargetError
 
@@ -41,9 +47,15 @@ if TYPE_CHECKING:
 
 UNLIMITED_CACHE = 1 << 40
 PATH_SWITCHES = ("_is_hip", "_is_npu", "_is_xpu")
-"""Module flags under which SGLang's chunked prefill takes its per-request path."""
+"""Module flags under which SGLang's chunked prefill takes its per-request path (each one a path)."""
+PER_REQUEST = "per_request"
 CACHE_INITS = ("init_mm_embedding_cache", "init_embedding_cache")
 KIMI_FEATURE = "KimiK3ForConditionalGeneration.get_image_feature"
+
+
+def switch_path(flag: str) -> str:
+    """The path a flag selects: ``_is_npu`` -> ``per_request_npu``."""
+    return f"{PER_REQUEST}_{flag.removeprefix('_is_')}"
 
 
 @dataclass
@@ -52,11 +64,20 @@ class Functions:
 
     found: dict[str, Found] = field(default_factory=dict)
     cache_init: Found | None = None
-    path_switch: str | None = None
+    path_switches: tuple[str, ...] = ()
+    """Every flag of ``PATH_SWITCHES`` the chunked prefill reads: each selects its per-request path."""
     list_encoder: bool = False
+    short_lists: bool = False
+    """Whether the chunked prefill walks only as many requests as ``prefix_length`` lists (EAGLE's
+    shorter lists, the "workaround for eagle3"), rather than every request of ``items_size``."""
     notes: list[str] = field(default_factory=list)
     missing: dict[str, str] = field(default_factory=dict)
     """Capability -> why the release does not have it (shown in skip reasons)."""
+
+    @property
+    def path_switch(self) -> str | None:
+        """The first flag (what ``describe`` showed before every flag was a path)."""
+        return self.path_switches[0] if self.path_switches else None
 
     def callable(self, name: str) -> Found | None:
         """The function if the release has it in a known form."""
@@ -84,7 +105,7 @@ def detect(engine: loader.Engine) -> Functions:
     where = "the rules module" if rules is None else rules.__dict__.get("__mm_engine_name__", rules.__name__)
     for name in forms.FORMS:
         owner: Any = rules
-        if name == "get_new_expanded_mm_items":
+        if name in ("get_new_expanded_mm_items", "embed_mm_inputs"):
             owner = engine.module(layout.SPLITTER_MODULE)
         elif name == KIMI_FEATURE:
             owner = getattr(engine.module(layout.KIMI_MODULE), name.split(".")[0], None)
@@ -97,10 +118,10 @@ def detect(engine: loader.Engine) -> Functions:
     prefill = functions.callable("_get_chunked_prefill_embedding")
     if prefill is not None and rules is not None:
         names = prefill.fn.__code__.co_names
-        functions.path_switch = next(
-            (flag for flag in PATH_SWITCHES if flag in names and hasattr(rules, flag)), None
-        )
+        read_from = _globals_of(prefill)
+        functions.path_switches = tuple(flag for flag in PATH_SWITCHES if flag in names and flag in read_from)
         functions.list_encoder = hasattr(rules, "_flatten_embedding_result")
+        functions.short_lists = "len(prefix_length)" in _source(prefill)
     _explain_missing(functions, where)
     kimi = engine.module(layout.KIMI_MODULE)
     if functions.callable(KIMI_FEATURE) and "materialize_multimodal_features" not in vars(kimi):
@@ -122,6 +143,26 @@ _NEEDS: dict[str, tuple[str, str]] = {
     base.ONE_GRID: (KIMI_FEATURE, "0.5.17"),
 }
 """Capability -> the function it calls and the release that introduced it."""
+_OWNERS = {
+    capability: {
+        KIMI_FEATURE: (layout.KIMI_MODULE,),
+        "get_new_expanded_mm_items": (layout.SPLITTER_MODULE,),
+    }.get(name, (*layout.RULES_MODULES, layout.CACHE_MODULE))
+    for capability, (name, _) in _NEEDS.items()
+} | {base.PER_REQUEST_PATH: layout.RULES_MODULES}
+"""Capability -> the files that would hold it: where a load error makes it *could not test*."""
+
+
+def _source(found: Found) -> str:
+    try:
+        return inspect.getsource(found.fn)
+    except (OSError, TypeError):
+        return ""
+
+
+def _globals_of(found: Found) -> dict[str, Any]:
+    """The names a rule function reads at module level: where a path flag must be set to reach it."""
+    return getattr(found.fn, "__globals__", {})
 
 
 def _explain_missing(functions: Functions, where: str) -> None:
@@ -137,6 +178,13 @@ def _explain_missing(functions: Functions, where: str) -> None:
             functions.missing.setdefault(
                 capability, f"no embedding cache init ({' or '.join(CACHE_INITS)}) in {where}"
             )
+    if base.PREFILL in functions.missing:
+        functions.missing[base.SHORT_LISTS] = functions.missing[base.PREFILL]
+    elif not functions.short_lists:
+        functions.missing[base.SHORT_LISTS] = (
+            "_get_chunked_prefill_embedding walks every request of items_size: it has no convention for"
+            " per-request lists shorter than the batch (EAGLE's; by 0.5.7 it has)"
+        )
     if base.PREFILL in functions.missing:
         functions.missing[base.PER_REQUEST_PATH] = functions.missing[base.PREFILL]
     elif functions.path_switch is None:
@@ -155,6 +203,31 @@ class _Batch:
     prefix_length: list[int]
     extend_length: list[int]
     items_offset_list: list[list[tuple[int, int]]]
+    requests: dict[int, int] = field(default_factory=dict)
+    """``id`` of an engine item -> its request's index in the case."""
+    calls: list[set[int]] = field(default_factory=list)
+    """The requests whose items each encoder call held, in call order."""
+
+
+class _Switch(int):
+    """A path flag set on: true, and it counts how often the engine tested it.
+
+    A per-request path is only exercised if the engine reads the flag the
+    harness set; the count is the evidence (``SGLangTarget._check_switched``).
+    """
+
+    def __new__(cls, flag: str) -> _Switch:
+        switch = super().__new__(cls, 1)
+        switch.flag = flag
+        switch.reads = 0
+        return switch
+
+    def __bool__(self) -> bool:
+        self.reads += 1
+        return True
+
+    def __repr__(self) -> str:
+        return "True"
 
 
 class SGLangTarget:
@@ -165,10 +238,16 @@ class SGLangTarget:
         self.name = name
         self.functions = detect(engine)
         self.missing = self.functions.missing
-        self.capabilities = frozenset(base.ALL_CAPABILITIES - self.missing.keys())
+        self.unloaded = base.unloaded(self.missing, engine.errors, _OWNERS)
+        self.capabilities = frozenset((base.ALL_CAPABILITIES | {base.SHORT_LISTS}) - self.missing.keys())
         self._logger = logging.getLogger(shims.ENGINE_LOGGER)
         self._rules = rules_module(engine)
         self._item_type = engine.shims.item_type
+        self.paths = ("batched",)
+        if base.PER_REQUEST_PATH in self.capabilities:
+            self.paths += tuple(switch_path(flag) for flag in self.functions.path_switches)
+        self._switches = {switch_path(flag): flag for flag in self.functions.path_switches}
+        self._switch: _Switch | None = None
         if not self.capabilities:
             raise TargetError(_why_nothing(engine, self.functions))
 
@@ -187,10 +266,13 @@ class SGLangTarget:
             "rules_module": rules.__dict__.get("__mm_engine_name__", rules.__name__) if rules else None,
             "capabilities": sorted(self.capabilities),
             "missing": dict(sorted(self.missing.items())),
+            "unloaded": dict(sorted(self.unloaded.items())),
             "functions": {name: found.describe() for name, found in self.functions.found.items()},
             "cache": self._cache_origin(),
             "item_type": self._item_origin(),
             "path_switch": self.functions.path_switch,
+            "path_switches": list(self.functions.path_switches),
+            "paths": list(self.paths),
             "list_encoder": self.functions.list_encoder,
             "stubbed_packages": sorted(engine.record.packages),
             "notes": self.notes(),
@@ -205,6 +287,8 @@ class SGLangTarget:
     def notes(self) -> list[str]:
         """What a user should know before reading this target's verdicts (``check`` prints them)."""
         notes = list(self.functions.notes)
+        if self.engine.errors:
+            notes.append("files that did not load: " + ", ".join(sorted(self.engine.errors)))
         if self.engine.record.packages:
             packages = ", ".join(sorted(self.engine.record.packages))
             notes.append(
@@ -304,24 +388,37 @@ class SGLangTarget:
             model_specific_data=data,
         )
 
-    def _batch(self, case: Case, *, precomputed: bool) -> _Batch:
-        items, owners = [], {}
-        for request in case.requests:
-            for item in request.items:
+    def _batch(self, case: Case, *, precomputed: bool, modality: str | None = None) -> _Batch:
+        """The case in the engine's calling convention: every item, or one modality's (``modality``).
+
+        The per-request lists are cut to the case's ``prefix_listed`` and
+        ``extend_listed`` (shorter than the batch, as EAGLE hands them).
+        """
+        items, owners, requests = [], {}, {}
+        chosen = [[i for i in r.items if modality is None or i.modality == modality] for r in case.requests]
+        for r, request_items in enumerate(chosen):
+            for item in request_items:
                 embedding = tensors.item_embedding(case, item) if precomputed and item.precomputed else None
                 engine_item = self._item(case, item, embedding=embedding)
                 owners[id(engine_item)] = item
+                requests[id(engine_item)] = r
                 items.append(engine_item)
         return _Batch(
             items=items,
             owners=owners,
-            items_size=[0, *accumulate(len(r.items) for r in case.requests)],
-            prefix_length=[r.prefix_len for r in case.requests],
-            extend_length=[r.extend_len for r in case.requests],
-            items_offset_list=[
-                [tuple(span) for item in r.items for span in item.spans] for r in case.requests
-            ],
+            items_size=[0, *accumulate(len(c) for c in chosen)],
+            prefix_length=[r.prefix_len for r in case.requests][: case.prefix_listed],
+            extend_length=[r.extend_len for r in case.requests][: case.extend_listed],
+            items_offset_list=[[tuple(span) for item in c for span in item.spans] for c in chosen],
+            requests=requests,
         )
+
+    def _modalities(self, case: Case) -> list[str]:
+        """The case's modalities in the order the engine embeds them (its ``Modality`` members)."""
+        present = {item.modality for _, _, item in case.items()}
+        members = self.engine.shims.modality
+        order = [m.name.lower() for m in (members.all() if hasattr(members, "all") else members)]
+        return [m for m in order if m in present] + sorted(present - set(order))
 
     def _values(self, batch: _Batch, **more: Any) -> dict[str, Any]:
         """Every argument the rule functions take, by the names of their forms."""
@@ -336,8 +433,14 @@ class SGLangTarget:
             **more,
         }
 
-    def _embedder(self, batch: _Batch, encoder: Encoder) -> Callable[[list[Any]], Any]:
-        """The data-embedding function: engine items back to case items, then the encoder."""
+    def _embedder(
+        self, batch: _Batch, encoder: Encoder, modality: str | None = None
+    ) -> Callable[[list[Any]], Any]:
+        """The data-embedding function: engine items back to case items, then the encoder.
+
+        ``modality``: the function is one modality's (a model's ``get_image_feature``),
+        so an item of another modality handed to it is the engine's mistake.
+        """
         list_ok = self.functions.list_encoder
 
         def embed(engine_items: list[Any]) -> Any:
@@ -345,6 +448,12 @@ class SGLangTarget:
                 items = [batch.owners[id(e)] for e in engine_items]
             except KeyError:
                 raise RuntimeError("mmharness: the engine encoded an item it was not given") from None
+            strays = sorted({item.modality for item in items} - {modality}) if modality else []
+            if strays:
+                raise RuntimeError(
+                    f"mmharness: the engine handed the {modality} encoder {' and '.join(strays)} items"
+                )
+            batch.calls.append({batch.requests[id(e)] for e in engine_items})
             output = encoder(items)
             if isinstance(output, list) and not list_ok:
                 import torch
@@ -356,24 +465,50 @@ class SGLangTarget:
 
     @contextmanager
     def _installed(self, cache: Any, path: Path) -> Iterator[None]:
-        """The cache as the module's ``embedding_cache`` and the path flags, for one call only."""
+        """The cache as the module's ``embedding_cache`` and the path flags, for one call only.
+
+        The flags are set where the chunked prefill reads them (its globals); on a
+        per-request path its flag is a ``_Switch``, which counts the engine's reads.
+        """
         rules = self._rules
-        saved = {
-            name: rules.__dict__[name]
-            for name in ("embedding_cache", *PATH_SWITCHES)
-            if name in rules.__dict__
-        }
+        prefill = self.functions.callable("_get_chunked_prefill_embedding")
+        flags = _globals_of(prefill) if prefill is not None else rules.__dict__
+        saved = {name: rules.__dict__[name] for name in ("embedding_cache",) if name in rules.__dict__}
+        saved_flags = {name: flags[name] for name in PATH_SWITCHES if name in flags}
         if self.functions.cache_init is not None:
             rules.embedding_cache = self.new_cache(UNLIMITED_CACHE) if cache is None else cache
-        for flag in PATH_SWITCHES:
-            if flag in saved:
-                setattr(rules, flag, False)
-        if path == "per_request" and self.functions.path_switch:
-            setattr(rules, self.functions.path_switch, True)
+        for flag in saved_flags:
+            flags[flag] = False
+        flag = self._switches.get(path)
+        if path == PER_REQUEST and self.functions.path_switches:  # the generic name: the first flag's
+            flag = self.functions.path_switches[0]
+        if flag is None and path != "batched":
+            raise ValueError(f"unknown path {path!r}; this target's paths: {', '.join(self.paths)}")
+        self._switch = None if flag is None else _Switch(flag)
+        if flag is not None:
+            flags[flag] = self._switch
         try:
             yield
         finally:
             rules.__dict__.update(saved)
+            if flag is not None and flag not in saved_flags:
+                del flags[flag]
+            flags.update(saved_flags)
+
+    def _check_switched(self, path: Path, batches: Sequence[_Batch]) -> None:
+        """A per-request path's flag must have switched the engine's path: never read while the
+        engine still batched requests together means the harness did not reach that path."""
+        switch = self._switch
+        if switch is None or switch.reads:
+            return
+        mixed = [sorted(requests) for b in batches for requests in b.calls if len(requests) > 1]
+        if mixed:
+            raise HarnessGap(
+                f"the {path} path did not switch: the engine never read {switch.flag} (set where"
+                f" _get_chunked_prefill_embedding reads it), and one encoder call held the items of"
+                f" requests {mixed[0]}",
+                what=switch.flag,
+            )
 
     # the protocol ---------------------------------------------------------------------
 
@@ -413,16 +548,94 @@ class SGLangTarget:
     def chunked_prefill_embedding(
         self, case: Case, encoder: Encoder, *, cache: Any = None, path: Path = "batched"
     ) -> torch.Tensor | None:
-        batch = self._batch(case, precomputed=False)
-        input_ids, _ = tensors.input_ids(case)
-        values = self._values(batch, data_embedding_func=self._embedder(batch, encoder), input_ids=input_ids)
-        with self._installed(cache, path):
-            result = self._call("_get_chunked_prefill_embedding", values)
-        return result[0] if isinstance(result, tuple) else result
+        """R3 as the engine calls it: once per modality, each call with that modality's items and encoder
+        (``embed_mm_inputs`` embeds each modality apart), the rows put back in position order as
+        the caller's masks place them."""
+        if cache is None and self.functions.cache_init is not None:
+            cache = self.new_cache(UNLIMITED_CACHE)  # one cache for every modality's call, as the engine's
+        parts = []
+        for modality in self._modalities(case):
+            batch = self._batch(case, precomputed=False, modality=modality)
+            input_ids, _ = tensors.input_ids(case)
+            embed = self._embedder(batch, encoder, modality)
+            values = self._values(batch, data_embedding_func=embed, input_ids=input_ids)
+            with self._installed(cache, path):
+                try:
+                    result = self._call("_get_chunked_prefill_embedding", values)
+                except AttributeError as error:
+                    gap = _device_gap(error, path)
+                    if gap is None:
+                        raise
+                    raise gap from error
+            self._check_switched(path, [batch])
+            parts.append((modality, result[0] if isinstance(result, tuple) else result))
+        return _in_position_order(case, parts)
 
     def embedding_and_mask(
         self, case: Case, encoder: Encoder, *, cache: Any = None
     ) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+        """R3e through the engine's own caller, ``embed_mm_inputs``, where the release has it: it reads
+        each item's modality, calls ``get_embedding_and_mask`` once per modality and scatters the rows
+        by each call's mask. The rows returned are those at the union of the masks, in order."""
+        full = self.functions.callable("embed_mm_inputs")
+        if full is None or "data_embedding_func_mapping" not in full.parameters:
+            return self._embedding_and_mask_direct(case, encoder, cache=cache)
+        import torch
+
+        batch = self._batch(case, precomputed=True)
+        input_ids, _ = tensors.input_ids(case)
+        members = self.engine.shims.modality
+        by_request: list[list[Any]] = [[] for _ in case.requests]
+        for engine_item in batch.items:
+            by_request[batch.requests[id(engine_item)]].append(engine_item)
+        values = {
+            "mm_inputs_list": [SimpleNamespace(mm_items=items) for items in by_request],
+            "extend_prefix_lens": batch.prefix_length,
+            "extend_seq_lens": batch.extend_length,
+            "input_ids": input_ids,
+            "input_embedding": _TextEmbedding(case),
+            "multimodal_model": None,
+            "data_embedding_func_mapping": {
+                member: self._embedder(batch, encoder, member.name.lower()) for member in members
+            },
+            "use_deepstack": {},
+        }
+        masks: list[Any] = []
+        with self._installed(cache, "batched"), self._masks_recorded(masks):
+            result = self._call("embed_mm_inputs", values)
+        masks = [m.reshape(-1) for m in masks if m is not None]
+        if not masks:
+            return None, None
+        union = torch.stack(masks).any(dim=0)
+        embeds = result[0] if isinstance(result, tuple) else result
+        return embeds[union], union.unsqueeze(-1)
+
+    @contextmanager
+    def _masks_recorded(self, masks: list[Any]) -> Iterator[None]:
+        """``get_embedding_and_mask`` as ``embed_mm_inputs`` calls it, recording each modality's mask."""
+        names = _globals_of(self.functions.found["embed_mm_inputs"])
+        inner = names.get("get_embedding_and_mask")
+        if inner is None:
+            raise HarnessGap(
+                "embed_mm_inputs has no get_embedding_and_mask beside it to watch",
+                what="get_embedding_and_mask",
+            )
+
+        def recorded(*args: Any, **kwargs: Any) -> Any:
+            out = inner(*args, **kwargs)
+            masks.append(out[1])
+            return out
+
+        names["get_embedding_and_mask"] = recorded
+        try:
+            yield
+        finally:
+            names["get_embedding_and_mask"] = inner
+
+    def _embedding_and_mask_direct(
+        self, case: Case, encoder: Encoder, *, cache: Any = None
+    ) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+        """``get_embedding_and_mask`` called once over every item (a fork without ``embed_mm_inputs``)."""
         batch = self._batch(case, precomputed=True)
         input_ids, placeholders = tensors.input_ids(case)
         values = self._values(
@@ -457,24 +670,101 @@ class SGLangTarget:
         return self._call(KIMI_FEATURE, {"items": engine_items}, unbound_self=_kimi_stand_in(case))
 
     def split_item(self, case: Case, item: FeatureItem) -> list[FeatureItem]:
-        engine_item = self._item(case, item.item, feature=item.features, grid=True)
+        """The splitter on one engine item as a processor builds it (R5): features (or precomputed
+        rows) and model data in their forms, the grid under its key in its form (or absent)."""
+        original = item.item
+        data = dict(item.model_data)
+        grid = item_data.grid(original)
+        if grid is not None:
+            data[original.grid_key] = grid
+        engine_item = self._item_type(
+            modality=self._modality(original),
+            hash=original.hash,
+            pad_value=tensors.placeholder_id(original),
+            offsets=[tuple(span) for span in original.spans],
+            feature=item.features,
+            precomputed_embeddings=item.embedding,
+            model_specific_data=data,
+        )
         parts = self._call("get_new_expanded_mm_items", {"original_mm_items": [engine_item]})
-        return [self._feature_item(item.item, part) for part in parts]
+        return [self._feature_item(original, part) for part in parts]
 
     def _feature_item(self, original: Item, part: Any) -> FeatureItem:
-        grid = part.model_specific_data.get(original.grid_key)
-        rows = () if grid is None else tuple(tuple(int(n) for n in row) for row in grid.tolist())
+        """An engine part back as the case item it stands for, with its values as the engine left them."""
+        data = dict(part.model_specific_data)
+        rows, form = item_data.read_grid(data.pop(original.grid_key, None))
         spans = tuple(tuple(int(n) for n in span) for span in part.offsets)
         return FeatureItem(
-            Item(
-                spans=spans,
-                hash=original.hash,
-                modality=original.modality,
-                grid=rows,
-                grid_key=original.grid_key,
-            ),
+            replace(original, spans=spans, grid=rows, grid_form=form, feature_rows=None),
             part.feature,
+            embedding=part.precomputed_embeddings,
+            model_data=data,
         )
+
+
+def _in_position_order(case: Case, parts: list[tuple[str, Any]]) -> Any:
+    """One modality's rows per call, merged as the engine's caller scatters them: by request, then position.
+
+    Each call's rows go to its modality's placeholder positions inside the listed
+    windows. A call whose row count does not match them cannot be placed: the
+    calls' rows are then handed back as they came (the check sees the miscount).
+    """
+    import torch
+
+    one = [t for _, t in parts if t is not None]
+    if len(parts) <= 1:
+        return one[0] if one else None
+    served = listed_windows(case)
+    slots: list[tuple[int, int, int, int]] = []
+    blocks = []
+    for j, (modality, result) in enumerate(parts):
+        rows = None if result is None else result.reshape(-1, result.shape[-1])
+        positions = [
+            (r, p)
+            for r, request in enumerate(served.requests)
+            for item in request.items
+            if item.modality == modality
+            for p in item.positions()
+            if p in request.window
+        ]
+        if (0 if rows is None else rows.shape[0]) != len(positions):
+            return torch.cat([t.reshape(-1, t.shape[-1]) for t in one]) if one else None
+        blocks.append(rows)
+        slots.extend((r, p, j, k) for k, (r, p) in enumerate(positions))
+    if not slots:
+        return None
+    return torch.stack([blocks[j][k] for _, _, j, k in sorted(slots)])
+
+
+def _device_gap(error: AttributeError, path: Path) -> HarnessGap | None:
+    """A per-request path that reaches a device module torch lacks here (``torch.npu``) is a gap."""
+    match = re.search(r"module 'torch' has no attribute '(\w+)'", str(error))
+    if path == "batched" or match is None:
+        return None
+    return HarnessGap(
+        f"the {path} path reached torch.{match[1]}, which this machine lacks", what=f"torch.{match[1]}"
+    )
+
+
+class _TextEmbedding:
+    """The language model's token embedding, as ``embed_mm_inputs`` uses it: zeros for every token.
+
+    Only the rows under the engine's masks are read back, so the text rows' values do not matter.
+    """
+
+    num_embeddings = 1 << 62
+
+    def __init__(self, case: Case) -> None:
+        import torch
+
+        self.embedding_dim = case.hidden
+        self.weight = torch.empty(0, case.hidden, dtype=getattr(torch, case.dtype))
+
+    def __call__(self, input_ids: Any) -> Any:
+        import torch
+
+        rows = input_ids.shape[0]
+        return torch.zeros(rows, self.embedding_dim, dtype=self.weight.dtype, device=input_ids.device)
 
 
 def _why_nothing(engine: loader.Engine, functions: Functions) -> str:

@@ -68,6 +68,14 @@ FORMS: dict[str, tuple[Form, ...]] = {
     "init_embedding_cache": (Form((), "0.4.6.post5"), Form(("max_size",), "0.4.6.post5")),
     "init_mm_embedding_cache": (Form((), "0.5.5.post1"), Form(("max_size",), "0.5.5.post1")),
     "get_new_expanded_mm_items": (Form(("original_mm_items",), "0.5.7"),),
+    # R3e's caller: one get_embedding_and_mask call per modality. Called only with its
+    # ``data_embedding_func_mapping`` (0.5.7 has it; 0.4.x took image_/audio_data_embedding_func).
+    "embed_mm_inputs": (
+        Form(
+            ("mm_inputs_list", "extend_prefix_lens", "extend_seq_lens", "input_ids", "input_embedding"),
+            "0.4.7",
+        ),
+    ),
     "KimiK3ForConditionalGeneration.get_image_feature": (Form(("self", "items"), "0.5.17"),),
 }
 """Every form the harness can call, per function, oldest first."""

@@ -12,11 +12,14 @@ from __future__ import annotations
 import inspect
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import replace
+from itertools import pairwise
 from typing import Any
 
+from mmharness import item_data, reference
 from mmharness.engines.vllm import layout, shims
 from mmharness.engines.vllm.driver import Driver, EncoderCache, Modules, Served, StandIn, rows_of
-from mmharness.model import Case, Item
+from mmharness.model import VIDEO_GRID_KEY, Case, Item
 from mmharness.targets import base, loader
 from mmharness.targets.base import (
     DRAFT_LOOKAHEAD,
@@ -240,40 +243,117 @@ class VLLMTarget:
         served = self._run(case, encoder, cache, "v1", lookahead=1)
         return rows_of(served.rows), served.steps, served.drafts
 
+    def scheduled_prefill(
+        self,
+        case: Case,
+        encoder: Encoder,
+        *,
+        cache: EncoderCache,
+        path: str = "v1",
+        whole_items: bool = False,
+        lookahead: int = 0,
+        token_budget: int | None = None,
+        encoder_budget: int | None = None,
+    ) -> Served:
+        """The windows prefilled under drawn scheduler options (``harness.checks.options``' run options).
+
+        ``token_budget`` (``max_num_batched_tokens``, shared by the requests of
+        a step), ``encoder_budget`` (``max_num_encoder_input_tokens``) and the
+        cache's size (``cache``) as vLLM's config gives them, items whole
+        (``disable_chunked_mm_input``) and a drafter ``lookahead`` tokens ahead,
+        on either gather. The answer is the driver's ``Served``: rows, steps,
+        the drafter's gathers and a log of each step's encoder inputs, with
+        the cache size and encoder budget in force (``unit``: what they count).
+        """
+        return self._run(
+            case,
+            encoder,
+            cache,
+            path,
+            whole_items=whole_items,
+            lookahead=lookahead,
+            token_budget=token_budget,
+            encoder_budget=encoder_budget,
+        )
 
     def split_item(self, case: Case, item: FeatureItem) -> list[FeatureItem]:
         """The processor output of one aggregated item, split into items by its model's field config.
 
         The k-th item of a modality takes the k-th placeholder range of the
-        prompt, so the k-th part gets the item's k-th span. R5 does not depend
-        on the grid's key: a release without a model reading the item's key
-        splits it with the model it has.
+        prompt, so the k-th part gets the item's k-th span, or a video's frame
+        spans (one range per video). R5 does not depend on the grid's key: a
+        release without a model reading the item's key splits it with the
+        model it has. Videos and precomputed embeddings (``image_embeds``,
+        ``video_embeds``) go through Qwen2-VL's config, made with merge size 1.
         """
-        import torch
-
         original = item.item
-        key = original.grid_key if original.grid_key in self.field_configs else next(iter(self.field_configs))
-        grid = torch.tensor([list(row) for row in original.grid], dtype=torch.int64).reshape(-1, 3)
-        hf_inputs = {key: grid, "pixel_values": item.features}
+        key, data_key, config = self._split_fields(original)
+        carried = item.embedding if original.precomputed else item.features
+        hf_inputs = {key: item_data.grid(original), data_key: carried}
         with self.watched():
-            by_modality = self._kwargs_items.from_hf_inputs(hf_inputs, self.field_configs[key](hf_inputs))
+            by_modality = self._kwargs_items.from_hf_inputs(hf_inputs, config(hf_inputs))
             parts = [part for modality in by_modality for part in by_modality[modality]]
-            return [self._feature_item(original, key, k, part) for k, part in enumerate(parts)]
+        groups = _part_spans(original, len(parts))
+        return [
+            self._feature_item(original, key, data_key, group, part)
+            for group, part in zip(groups, parts, strict=True)
+        ]
+
+    def split_unreceived(self, item: Item) -> str | None:
+        """Why vLLM's field configs never see this item form (the split checks then skip it), or ``None``."""
+        if item.feature_form != "tensor" or item.model_data:
+            return (
+                "vLLM's processors hand tensors, and MultiModalKwargsItems.from_hf_inputs drops the fields"
+                " its model's config does not name"
+            )
+        if item.grid_form != "rows" or not reference.split_from_processors(item):
+            return "vLLM derives an item's placeholders and rows from its rank-2 grid: no such layout occurs"
+        if item.precomputed and reference.split_rule(item).kind == reference.OUTSIDE:
+            return "vLLM checks image_embeds against the grid (merge size 1 here): these rows never occur"
+        try:
+            self._split_fields(item)
+        except HarnessGap as gap:
+            return str(gap)
+        return None
+
+    def _split_fields(self, item: Item) -> tuple[str, str, FieldConfig]:
+        """The grid key, the data key and the field config that split this item."""
+        video = item.modality == "video"
+        if not (video or item.precomputed):
+            key = item.grid_key if item.grid_key in self.field_configs else next(iter(self.field_configs))
+            return key, "pixel_values", self.field_configs[key]
+        qwen = self.field_configs.get("image_grid_thw")
+        if qwen is None or (item.precomputed and not _merge_one(self.engine)):
+            what = "videos" if video else "precomputed embeddings"
+            raise HarnessGap(f"no Qwen2-VL field factory to split {what}", what="Qwen2-VL field factory")
+        if video:
+            return VIDEO_GRID_KEY, "video_embeds" if item.precomputed else "pixel_values_videos", qwen
+        return "image_grid_thw", "image_embeds", qwen
 
     @staticmethod
-    def _feature_item(original: Item, key: str, k: int, part: Any) -> FeatureItem:
+    def _feature_item(original: Item, key: str, data_key: str, spans: tuple, part: Any) -> FeatureItem:
         row = part[key].data
-        spans = (original.spans[k],) if k < len(original.spans) else ()
+        value = part[data_key].data
+        grid = (tuple(int(n) for n in row.reshape(-1).tolist()),)
         return FeatureItem(
-            Item(
-                spans=spans,
-                hash=original.hash,
-                modality=original.modality,
-                grid=(tuple(int(n) for n in row.reshape(-1).tolist()),),
-                grid_key=original.grid_key,
-            ),
-            part["pixel_values"].data,
+            replace(original, spans=spans, grid=grid, grid_form="rows", feature_rows=None),
+            None if original.precomputed else value,
+            embedding=value if original.precomputed else None,
         )
+
+
+def _part_spans(item: Item, parts: int) -> list[tuple]:
+    """The spans of each part: the k-th placeholder range is the k-th span, or a video's frame spans."""
+    frames = [t for t, _, _ in item.grid]
+    if item.modality == "video" and len(item.spans) == sum(frames) and parts == len(frames):
+        starts = [sum(frames[:k]) for k in range(parts + 1)]
+        return [item.spans[a:b] for a, b in pairwise(starts)]
+    return [(item.spans[k],) if k < len(item.spans) else () for k in range(parts)]
+
+
+def _merge_one(engine: loader.Engine) -> bool:
+    """Whether the release's Qwen2-VL config takes a merge size (the harness makes it with 1)."""
+    return callable(getattr(engine.module(layout.QWEN2_VL), "_create_qwen2vl_field_factory", None))
 
 
 def load(source: loader.Source, *, transform: loader.CodeTransform | None = None) -> loader.Engine:

@@ -103,6 +103,18 @@ class EncoderCache:
 
 
 @dataclass
+class StepLog:
+    """One scheduler step as the encoder saw it: where each live request stood, and what was encoded."""
+
+    live: dict[int, int]
+    """Request index -> its computed tokens when the step began (requests still in the batch)."""
+    encoded: list[tuple[int, int]] = field(default_factory=list)
+    """``(request, item)`` of every encoder input the step ran, in encoder-call order."""
+    scheduled: dict[int, int] = field(default_factory=dict)
+    """Request index -> the tokens the step scheduled for it (requests it scheduled nothing for absent)."""
+
+
+@dataclass
 class Served:
     """What one call served: each request's rows (``None``: none) and mask, and every step taken."""
 
@@ -112,6 +124,14 @@ class Served:
     """``(request, first position, tokens)`` per request per scheduler step, in order."""
     drafts: list[tuple[int, int, int, Any, Any]] = field(default_factory=list)
     """With a drafter: ``(request, first position, tokens, rows, mask)`` of its gather per step."""
+    log: list[StepLog] = field(default_factory=list)
+    """Every scheduler step, including those that scheduled nothing."""
+    cache_size: int = 0
+    """The encoder cache's size in ``unit`` (after vLLM's floor: its largest item)."""
+    encoder_budget: int = 0
+    """Each step's encoder compute budget in ``unit`` (after vLLM's floor: its largest item)."""
+    unit: str = "embeddings"
+    """What the cache and budget count: ``embeddings`` (``is_embed`` gaps excluded) or ``placeholders``."""
 
 
 def identifier(item: Item) -> str:
@@ -164,6 +184,8 @@ class Driver:
         gather = modules.runner_v2.gather_mm_embeddings if modules.runner_v2 is not None else None
         self._v2_fields = set(_parameters(gather)) if gather else set()
         self._v2_required = _parameters(gather, required=True) if gather else []
+        self.v2_drafts = "draft_lookahead" in self._v2_fields
+        """Whether model runner V2's gather reads ahead for a drafter (``draft_lookahead``)."""
 
     # requests ---------------------------------------------------------------------
 
@@ -192,6 +214,15 @@ class Driver:
             num_prompt_tokens=request.seq_len,
         )
 
+    @property
+    def counts_embeddings(self) -> bool:
+        """Whether this release sizes its cache and budget in embeddings (``get_num_encoder_embeds``)."""
+        return hasattr(self.m.request, "get_num_encoder_embeds")
+
+    def cost(self, item: Item) -> int:
+        """An item's size in the unit the release's cache manager counts."""
+        return item.token_count if self.counts_embeddings else len(item.extent)
+
     def _scheduler(self, cache: EncoderCache, whole_items: bool, lookahead: int) -> Any:
         return StandIn(
             self.m.scheduler,
@@ -208,7 +239,7 @@ class Driver:
         )
 
     def _size(self, case: Case, cache: EncoderCache) -> None:
-        largest = max((len(item.extent) for _, _, item in case.items()), default=0)
+        largest = max((self.cost(item) for _, _, item in case.items()), default=0)
         wanted = max(cache.max_size // case.row_bytes, largest)
         if cache.manager is None:
             cache.manager = self.m.cache_manager(cache_size=wanted)
@@ -229,6 +260,8 @@ class Driver:
         *,
         whole_items: bool = False,
         lookahead: int = 0,
+        token_budget: int | None = None,
+        encoder_budget: int | None = None,
     ) -> Served:
         """Each request's window rows and mask, as the gathers of every step served them.
 
@@ -236,14 +269,32 @@ class Driver:
         is the step's token budget: a request whose next item the window would
         cut stops before it, as vLLM would until a later step has the budget.
         With ``lookahead`` (an EAGLE drafter), the scheduler plans for the drafter
-        reading that many tokens ahead, and after every step the V1 runner's
-        gather runs again shifted, as it does for the drafter's inputs.
+        reading that many tokens ahead, and after every step the gather of
+        ``path`` runs again shifted, as it does for the drafter's inputs (V2's
+        ``draft_lookahead`` where the release has it, else V1's).
+
+        ``token_budget`` is the scheduler's ``max_num_batched_tokens``: one
+        step's tokens, shared by the requests in order (each takes what it
+        needs of what is left), so requests interleave and one may stop inside
+        an item while others allocate and evict. ``encoder_budget`` is each
+        step's encoder compute budget (``max_num_encoder_input_tokens``);
+        without it the cache's size. Both are raised, as vLLM's
+        ``compute_mm_encoder_budget`` raises them, to the largest item (with
+        items whole and a drafter, one token more: a step starting one token
+        before an item must fit it).
         """
         import torch
 
         self._calls += 1
         self._size(case, cache)
         scheduler = self._scheduler(cache, whole_items, lookahead)
+        largest = max((self.cost(item) for _, _, item in case.items()), default=0)
+        widest = max((len(item.extent) for _, _, item in case.items()), default=0)
+        budget = cache.manager.cache_size if encoder_budget is None else max(encoder_budget, largest)
+        tokens = None if token_budget is None else max(token_budget, 1)
+        if tokens is not None and whole_items:
+            tokens = max(tokens, widest + lookahead)
+        log: list[StepLog] = []
         steps: list[tuple[int, int, int]] = []
         drafts: list[tuple[int, int, int, Any, Any]] = []
         requests = [self._request(case, k) for k in range(len(case.requests))]
@@ -260,7 +311,9 @@ class Driver:
                 taken += 1
                 if taken > cap:
                     raise self._stuck_at_cap(_waiting(requests, ends, live), cap, need, len(requests))
-                scheduled = self._schedule(scheduler, requests, ends, live, cache, lookahead)
+                log.append(StepLog({k: requests[k].num_computed_tokens for k in sorted(live)}))
+                scheduled = self._schedule(scheduler, requests, ends, live, budget, tokens, lookahead)
+                log[-1].scheduled = {k: count for k, (count, _) in scheduled.items()}
                 # vLLM finishes a rejected request with an error after the step, and forgets the rejection
                 mismatched = scheduler.encoder_cache_mismatch_reqs
                 left = [k for k in sorted(live) if requests[k].request_id in mismatched]
@@ -277,11 +330,11 @@ class Driver:
                     continue
                 for mm_hash in cache.manager.get_freed_mm_hashes():
                     cache.outputs.pop(mm_hash, None)
-                self._encode(case, encoder, requests, scheduled, cache)
+                log[-1].encoded = self._encode(case, encoder, requests, scheduled, cache)
                 embeds, mask = self._gather(case, requests, scheduled, cache, path)
                 self._split(embeds, mask, scheduled, rows, masks)
                 if lookahead:
-                    drafts += self._draft(case, requests, scheduled, cache, lookahead)
+                    drafts += self._draft(case, requests, scheduled, cache, lookahead, path)
                 for k, (count, _) in scheduled.items():
                     steps.append((k, requests[k].num_computed_tokens, count))
                     requests[k].num_computed_tokens += count
@@ -301,6 +354,10 @@ class Driver:
             [torch.cat(m).to(device) if m else empty_mask for m in masks],
             steps,
             drafts,
+            log,
+            cache.manager.cache_size,
+            budget,
+            "embeddings" if self.counts_embeddings else "placeholders",
         )
 
     @staticmethod
@@ -336,29 +393,40 @@ class Driver:
         requests: list[Any],
         ends: list[int],
         live: set[int],
-        cache: EncoderCache,
+        budget: int,
+        tokens: int | None,
         lookahead: int,
     ) -> dict[int, tuple[int, list[int]]]:
-        """One scheduler step: request index -> (tokens scheduled, encoder inputs to run)."""
-        budget = cache.manager.cache_size
+        """One scheduler step: request index -> (tokens scheduled, encoder inputs to run).
+
+        As vLLM's ``schedule`` does for running requests: in order, each asks
+        for what is left of its window (at most what is left of the token
+        budget), and the step's token and encoder budgets go down only by
+        what a request was scheduled.
+        """
         scheduled: dict[int, tuple[int, list[int]]] = {}
         for k in sorted(live):
             request = requests[k]
             remaining = ends[k] - request.num_computed_tokens
+            if tokens is not None:
+                remaining = min(remaining, tokens)
             if remaining <= 0:
                 continue
             answer = scheduler._try_schedule_encoder_inputs(
                 request, request.num_computed_tokens, remaining, budget, shift_computed_tokens=lookahead
             )
-            to_run, count, budget = answer[0], answer[1], answer[2]
+            to_run, count = answer[0], answer[1]
             duplicates = answer[4] if len(answer) > 4 else []
             if count == 0:
                 continue
+            budget = answer[2]
+            if tokens is not None:
+                tokens -= count
             if hasattr(self.m.scheduler, "_allocate_encoder_inputs"):
                 scheduler._allocate_encoder_inputs(request, to_run, duplicates)
             else:
                 for i in to_run:
-                    cache.manager.allocate(request, i)
+                    scheduler.encoder_cache_manager.allocate(request, i)
             scheduled[k] = (count, list(to_run))
         return scheduled
 
@@ -369,13 +437,13 @@ class Driver:
         requests: list[Any],
         scheduled: dict[int, tuple[int, list[int]]],
         cache: EncoderCache,
-    ) -> None:
+    ) -> list[tuple[int, int]]:
         """The model runner's encoder step: every scheduled input, one encoder call, cached by identifier."""
         import torch
 
         wanted = [(k, i) for k, (_, inputs) in scheduled.items() for i in inputs]
         if not wanted:
-            return
+            return wanted
         items = [case.requests[k].items[i] for k, i in wanted]
         output = encoder(items)
         if not isinstance(output, list):
@@ -387,6 +455,7 @@ class Driver:
             if self.m.scatter is not None:
                 rows = self.m.scatter(rows, is_embed=feature.mm_position.is_embed)
             cache.outputs[feature.identifier] = rows
+        return wanted
 
     def _gather(
         self,
@@ -411,10 +480,24 @@ class Driver:
         scheduled: dict[int, tuple[int, list[int]]],
         cache: EncoderCache,
         lookahead: int,
+        path: str = "v1",
     ) -> list[tuple[int, int, int, Any, Any]]:
-        """The drafter's gather of this step: each request's window moved ``lookahead`` tokens on."""
-        runner, output = self._runner_v1(case, requests, scheduled, cache)
-        embeds, mask = self.m.runner_v1._gather_mm_embeddings(runner, output, shift_computed_tokens=lookahead)
+        """The drafter's gather of this step: each request's window moved ``lookahead`` tokens on.
+
+        On the path ``v2`` (where its gather takes ``draft_lookahead``) model
+        runner V2's gather reads ahead; otherwise the V1 runner's.
+        """
+        if path == "v2" and self.v2_drafts:
+            ids = [requests[k].request_id for k in scheduled]
+            counts = [count for count, _ in scheduled.values()]
+            embeds, mask = self._gather_v2(
+                case, requests, scheduled, cache, ids, counts, sum(counts), draft_lookahead=lookahead
+            )
+        else:
+            runner, output = self._runner_v1(case, requests, scheduled, cache)
+            embeds, mask = self.m.runner_v1._gather_mm_embeddings(
+                runner, output, shift_computed_tokens=lookahead
+            )
         rows: list[list[Any]] = [[] for _ in requests]
         masks: list[list[Any]] = [[] for _ in requests]
         self._split(embeds, mask, scheduled, rows, masks)
@@ -469,6 +552,8 @@ class Driver:
         ids: list[str],
         counts: list[int],
         total: int,
+        *,
+        draft_lookahead: int = 0,
     ) -> tuple[list[Any], Any]:
         import numpy as np
 
@@ -484,6 +569,8 @@ class Driver:
             "num_computed_tokens": computed,
             "computed_prefill_lens": computed,
         }
+        if draft_lookahead:
+            values["draft_lookahead"] = draft_lookahead
         unknown = [name for name in self._v2_required if name not in values]
         if unknown:
             raise HarnessGap(

@@ -1,0 +1,123 @@
+"""vLLM under drawn scheduler options: budgets, a cache sized near the items, both gathers, both options.
+
+The offline tests check the drawn options; the ``network`` ones seed single-line
+bugs into copies of vLLM 0.33.0's files (as ``tests/test_vllm.py`` does) that
+only the drawn options reach: the check with its options off passes on them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from mmharness import strategies as mst
+from mmharness.checks import all_checks
+from mmharness.checks.outcome import DIVERGENCE, Hazard
+from mmharness.model import Case, Item, Request
+from mmharness.runner import PASSED, run_check
+from mmharness.strategies._internal.schedules import RUN_OPTIONS, run_options
+from test_vllm import seeded  # the seeded-bug target of 0.33.0, shared with its tests
+
+CHECKS = all_checks()
+RELEASE = "0.33.0"
+
+
+@given(st.data())
+def test_run_options_are_ints_each_drawn_and_fixed_where_given(data):
+    case = data.draw(mst.cases(min_items_total=1))
+    options = data.draw(run_options(case, whole=1))
+    assert sorted(options) == sorted(RUN_OPTIONS)
+    assert all(isinstance(v, int) and v >= 0 for v in options.values())
+    assert options["whole"] == 1
+
+
+# A release under the options (network) ---------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def release_dir(harness_cache):
+    from mmharness.engines.vllm import adapter
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("MMHARNESS_CACHE", str(harness_cache))
+        yield Path(adapter.fetch(RELEASE))
+
+
+def options_off(check):
+    """The check as it was before options were drawn: its option alone, defaults for the rest."""
+    from mmharness.checks.prefill import collision_cases
+
+    return replace(check, examples=lambda device: collision_cases(device).map(lambda ex: (ex[0], {})))
+
+
+# (what, file, original text, seeded bug, check that must fail, how); the check with options off passes.
+SEEDED = [
+    (
+        "cache manager: an entry freed is credited one embedding short",
+        "v1/core/encoder_cache_manager.py",
+        "            self.freeable[mm_hash] = num_encoder_embeds\n"
+        "            self.num_freeable_slots += num_encoder_embeds",
+        "            self.freeable[mm_hash] = num_encoder_embeds\n"
+        "            self.num_freeable_slots += num_encoder_embeds - 1",
+        "prefill.draft_lookahead",
+        DIVERGENCE,
+    ),
+    (
+        "cache manager: an item that just fits what can be freed is refused",
+        "v1/core/encoder_cache_manager.py",
+        "        if num_embeds > self.num_freeable_slots:\n            return False",
+        "        if num_embeds >= self.num_freeable_slots:\n            return False",
+        "prefill.draft_lookahead",
+        DIVERGENCE,
+    ),
+]
+
+
+@pytest.mark.network
+@pytest.mark.parametrize(
+    ("file", "original", "bug", "check_id", "status"), [pytest.param(*row[1:], id=row[0]) for row in SEEDED]
+)
+def test_drawn_options_catch_what_the_option_alone_misses(
+    release_dir, seeded_copy, file, original, bug, check_id, status
+):
+    mutant = seeded(release_dir, seeded_copy, [(file, original, bug)])
+    assert run_check(options_off(CHECKS[check_id]), mutant).status == PASSED
+    result = run_check(CHECKS[check_id], mutant)
+    assert result.status == status, [f.signature for f in result.findings]
+
+
+def three_items_one_back() -> Case:
+    """Items A, B, C, then B again, two placeholders each: a cache of 4 embeddings holds B and C."""
+    spans = [((0, 1),), ((2, 3),), ((4, 5),), ((6, 7),)]
+    items = tuple(Item(spans=s, hash=h) for s, h in zip(spans, (1, 2, 3, 2), strict=True))
+    return Case(requests=(Request(seq_len=8, prefix_len=0, extend_len=8, items=items),))
+
+
+EVICTION = {"cache_size": 4, "encoder_budget": 0, "token_budget": 2, "v2": 0, "whole": 1, "drafter": 0}
+
+
+@pytest.mark.network
+def test_eviction_of_the_newest_free_entry_shows_in_encoder_calls(release_dir, seeded_copy):
+    """Evicting B (freed last) instead of A (freed first) for C re-encodes B: a hazard, 0.33.0 none."""
+    from mmharness.engines.vllm import adapter
+
+    check = CHECKS["prefill.whole_items"]
+    release = adapter.from_path(str(release_dir), name="release", release=RELEASE)
+    check.property(release, three_items_one_back(), EVICTION)  # evicts A, the oldest free entry: passes
+    mutant = seeded(
+        release_dir,
+        seeded_copy,
+        [
+            (
+                "v1/core/encoder_cache_manager.py",
+                "mm_hash, num_free_embeds = self.freeable.popitem(last=False)",
+                "mm_hash, num_free_embeds = self.freeable.popitem(last=True)",
+            )
+        ],
+    )
+    with pytest.raises(Hazard) as raised:
+        check.property(mutant, three_items_one_back(), EVICTION)
+    assert raised.value.signature == "re-encoded an item a cache evicting its oldest free entries would hold"
