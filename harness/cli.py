@@ -9,12 +9,10 @@ import argparse
 import json
 import os
 import sys
-from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator
 
     from mmharness.model import Case
 
@@ -737,18 +735,18 @@ def _matrix(args: argparse.Namespace) -> int:
             ran = f"{cells} checks" if cells == len(checks) else f"{cells} of {len(checks)} (interrupted)"
             progress.line(f"  {spec}: {'could not load' if cells is None else ran}")
 
-        with _deadline_in_environment(args.deadline):  # run_matrix's workers read it there
-            matrix = run_matrix(
-                args.targets,
-                checks,
-                args.profile,
-                max_examples=args.max_examples,
-                seed=args.seed,
-                workers=workers,
-                progress=done,
-                command=_command_line(args.argv),
-                findings=args.findings,
-            )
+        matrix = run_matrix(
+            args.targets,
+            checks,
+            args.profile,
+            max_examples=args.max_examples,
+            seed=args.seed,
+            workers=workers,
+            progress=done,
+            command=_command_line(args.argv),
+            findings=args.findings,
+            deadline=args.deadline,
+        )
     print(render(matrix, color=report.use_color(sys.stdout), strict=args.strict))
     deadline = deadline_for(args.profile, "cpu", args.deadline)
     for (check_id, spec), cell in matrix.cells.items():
@@ -764,23 +762,6 @@ def _matrix(args: argparse.Namespace) -> int:
     if matrix.target_errors:
         return USAGE_ERROR
     return _exit_code([cell.status for cell in matrix.cells.values()], strict=args.strict)
-
-
-@contextmanager
-def _deadline_in_environment(seconds: float | None) -> Iterator[None]:
-    """``$MMHARNESS_DEADLINE`` set to ``seconds`` inside (when given), as it was after."""
-    from mmharness.runner import DEADLINE_ENV
-
-    saved = os.environ.get(DEADLINE_ENV)
-    if seconds is not None:
-        os.environ[DEADLINE_ENV] = repr(seconds)
-    try:
-        yield
-    finally:
-        if saved is None:
-            os.environ.pop(DEADLINE_ENV, None)
-        else:
-            os.environ[DEADLINE_ENV] = saved
 
 
 MAX_EXAMPLES = 1_000_000

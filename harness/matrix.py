@@ -237,6 +237,7 @@ def _column(
     max_examples: int | None,
     seed: int | None,
     findings: str | None = None,
+    deadline: float | None = None,
 ) -> tuple[str, str | None, str | None, dict[str, Cell]]:
     """One target's cells: ``(spec, release, load error, check id -> cell)``; runs in a worker process.
 
@@ -260,7 +261,12 @@ def _column(
             break
         try:
             result = run_check(
-                checks[check_id], target, profile=profile, max_examples=max_examples, seed=seed
+                checks[check_id],
+                target,
+                profile=profile,
+                max_examples=max_examples,
+                seed=seed,
+                deadline=deadline,
             )
         except Interrupted as stop:
             result = stop.result
@@ -296,6 +302,7 @@ def run_matrix(
     progress: Callable[[str, int | None], None] | None = None,
     command: str = "",
     findings: str | None = None,
+    deadline: float | None = None,
 ) -> Matrix:
     """Run each check on each target; a target that does not load gets errors in its column.
 
@@ -305,7 +312,7 @@ def run_matrix(
     progress, and says so (``interrupted``); worker processes are stopped.
     """
     matrix = Matrix(targets=list(specs), checks=[c.id for c in checks], command=command)
-    args = [(spec, matrix.checks, profile, max_examples, seed, findings) for spec in specs]
+    args = [(spec, matrix.checks, profile, max_examples, seed, findings, deadline) for spec in specs]
     columns = ordered(_column, args, min(workers, len(specs)))
     try:
         _collect(matrix, columns, progress)

@@ -237,6 +237,18 @@ def test_check_gives_the_deadline_verdict_saves_the_case_and_replay_gives_it_aga
     assert time.monotonic() - start < 90
 
 
+def test_a_matrix_gives_its_targets_the_deadline(looping, monkeypatch):
+    """``matrix --deadline`` reaches every target's checks (a parameter, as for check and replay)."""
+    from mmharness.matrix import run_matrix
+
+    monkeypatch.setattr(runner, "HUNG_SECONDS", 2.0)
+    start = time.monotonic()
+    matrix = run_matrix(["looping_adapter:Looping"], [all_checks()[CHECK]], max_examples=20, deadline=0.2)
+    assert time.monotonic() - start < 60
+    (cell,) = matrix.cells.values()
+    assert SIGNATURE in {seen.signature for seen in cell.findings}
+
+
 def test_deadline_is_refused_unless_a_number_of_seconds(tmp_path):
     run = mmharness(tmp_path, "check", "--deadline", "-1")
     assert run.returncode == 2 and "--deadline: must be 0 (no limit) or more seconds" in run.stderr
