@@ -407,6 +407,18 @@ def _shown(percent: float | None) -> str:
     return "-" if percent is None else f"{percent:.1f}%"
 
 
+def _row(name: str, figures: Mapping[str, Any]) -> tuple[str, ...]:
+    """One line of the table: a function's (or the total's) figures."""
+    branches, lines = figures["branches"], figures["lines"]
+    return (
+        name,
+        f"{branches['reached']}/{branches['total']}",
+        _shown(figures["percent"]),
+        _shown(figures["cpu_percent"]),
+        f"{lines['reached']}/{lines['total']}",
+    )
+
+
 def render(report: Mapping[str, Any]) -> str:
     """The table (function, branches reached/total, percent, CPU-reachable percent, lines) and the
     total, then every unreached branch with its reason."""
@@ -415,25 +427,9 @@ def render(report: Mapping[str, Any]) -> str:
     for path, entry in report["files"].items():
         for qualname, f in entry["functions"].items():
             mark = "" if f["entered"] else "  (not entered)"
-            rows.append(
-                (
-                    f"{names[path]}:{qualname}{mark}",
-                    f"{f['branches']['reached']}/{f['branches']['total']}",
-                    _shown(f["percent"]),
-                    _shown(f["cpu_percent"]),
-                    f"{f['lines']['reached']}/{f['lines']['total']}",
-                )
-            )
+            rows.append(_row(f"{names[path]}:{qualname}{mark}", f))
     total = report["total"]
-    rows.append(
-        (
-            f"total ({total['functions']} functions)",
-            f"{total['branches']['reached']}/{total['branches']['total']}",
-            _shown(total["percent"]),
-            _shown(total["cpu_percent"]),
-            f"{total['lines']['reached']}/{total['lines']['total']}",
-        )
-    )
+    rows.append(_row(f"total ({total['functions']} functions)", total))
     widths = [max(len(row[k]) for row in rows) for k in range(len(rows[0]))]
     out = ["branch coverage of the rule functions (what the checks reached):"]
     for k, row in enumerate(rows):
