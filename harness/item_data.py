@@ -43,7 +43,7 @@ def features(case: Case, item: Item) -> Any:
     """The item's vision features in its form: ``feature_count`` rows; ``None`` for a precomputed item."""
     if item.precomputed:
         return None
-    return in_form(tensors.block(tensors.feature_key(item), item.feature_count, case), item.feature_form)
+    return in_form(tensors.item_features(case, item), item.feature_form)
 
 
 def embedding(case: Case, item: Item) -> torch.Tensor | None:

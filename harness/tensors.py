@@ -77,8 +77,9 @@ def feature_key(item: Item) -> int:
 
 
 def item_features(case: Case, item: Item) -> torch.Tensor:
-    """The item's vision features: ``t*h*w`` patch rows per grid row, 2-D."""
-    return block(feature_key(item), item.patch_count, case)
+    """The item's vision features as a 2-D tensor: ``t*h*w`` patch rows per grid row (``feature_count``:
+    unless the item says otherwise, a layout processors never produce)."""
+    return block(feature_key(item), item.feature_count, case)
 
 
 def materialise(case: Case, rows: Sequence[Row]) -> torch.Tensor:

@@ -375,9 +375,7 @@ class SGLangTarget:
     ) -> Any:
         data: dict[str, Any] = {}
         if grid:
-            import torch
-
-            data[item.grid_key] = torch.tensor(item.grid, dtype=torch.long).reshape(-1, 3)
+            data[item.grid_key] = item_data.grid(item)
         return self._item_type(
             modality=self._modality(item),
             hash=item.hash,
