@@ -123,8 +123,6 @@ def _parser() -> argparse.ArgumentParser:
     )
     check.add_argument(
         "--findings",
-        default=os.environ.get("MMHARNESS_FINDINGS") or "findings",
-        type=lambda value: value or "findings",
         metavar="DIR",
         help="where shrunk failing cases are saved (default: ./findings or $MMHARNESS_FINDINGS)",
     )
@@ -351,13 +349,13 @@ def _distinct(outputs: dict[str, str | None]) -> None:
         seen[where] = option
 
 
-def _findings_option(argv: list[str]) -> str:
-    """How the user gave ``check``'s findings directory: ``--findings``, or ``$MMHARNESS_FINDINGS``
-    when the option (or an abbreviation of it) is not on the command line and the variable is set."""
-    given = any(
-        len(name) > 3 and "--findings".startswith(name) for name in (arg.split("=", 1)[0] for arg in argv)
-    )
-    return "$MMHARNESS_FINDINGS" if not given and os.environ.get("MMHARNESS_FINDINGS") else "--findings"
+def _findings_option(given: str | None) -> tuple[str, str]:
+    """Where findings go and who said so, for messages: ``--findings`` when given (``given``), else
+    ``$MMHARNESS_FINDINGS`` when set, else the default ``./findings`` (named as ``--findings``)."""
+    if given:
+        return "--findings", given
+    from_environment = os.environ.get("MMHARNESS_FINDINGS")
+    return ("$MMHARNESS_FINDINGS", from_environment) if from_environment else ("--findings", "findings")
 
 
 def _check(args: argparse.Namespace) -> int:
@@ -372,7 +370,7 @@ def _check(args: argparse.Namespace) -> int:
     workers = _workers(args.workers)
     current = baseline.identity(target, args.target)
     known = _baseline(args.baseline, current)
-    findings_option = _findings_option(args.argv)
+    findings_option, args.findings = _findings_option(args.findings)
     outputs = {"--json": args.json, "--junit": args.junit, "--write-baseline": args.write_baseline}
     _distinct({findings_option: args.findings, **outputs})
     _writable(findings_option, args.findings, directory=True)
@@ -868,7 +866,7 @@ def _run_fuzzer(args: argparse.Namespace) -> int:
     from mmharness.targets.base import TargetError
 
     engine = args.parser != CASE_PARSER
-    _writable("--findings" if args.findings else _findings_option([]), str(findings_dir()), directory=True)
+    _writable(_findings_option(args.findings)[0], str(findings_dir()), directory=True)
     try:
         baseline = Baseline.load(args.baseline) if args.baseline else None
     except ValueError as error:
