@@ -20,19 +20,17 @@ its baseline says so.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
+from mmharness.jsonfile import JSONFileError, read_json
 from mmharness.runner import Finding, Result
 
 FORMAT = "mmharness.baseline/1"
-MAX_BYTES = 16 * 1024 * 1024
 
-
-class BaselineError(ValueError):
-    """A baseline file that cannot be used; the message names the file and what is wrong."""
+BaselineError = JSONFileError
+"""A baseline file that cannot be used: one class with the reader's errors, so a caller catches one."""
 
 
 @dataclass(frozen=True)
@@ -173,20 +171,3 @@ def dump(results: list[Result], current: dict, search: dict) -> dict:
             for f in r.findings
         ],
     }
-
-
-def read_json(path: str, what: str, *, max_bytes: int = MAX_BYTES) -> object:
-    """A JSON file read with a size and nesting limit; ``BaselineError`` naming the file otherwise."""
-    try:
-        with open(path, "rb") as stream:
-            raw = stream.read(max_bytes + 1)
-    except OSError as error:
-        raise BaselineError(f"{path}: cannot read {what} ({error.strerror or error})") from None
-    if len(raw) > max_bytes:
-        raise BaselineError(f"{path}: {what} larger than {max_bytes // (1024 * 1024)} MiB")
-    try:
-        return json.loads(raw)
-    except RecursionError:
-        raise BaselineError(f"{path}: {what} nested too deeply") from None
-    except (ValueError, UnicodeDecodeError) as error:
-        raise BaselineError(f"{path}: {what} is not JSON ({error})") from None

@@ -138,14 +138,11 @@ def engine_of(target: Any) -> str | None:
 def fuzz_plan(engine: str | None) -> tuple[list[str], dict[str, str]]:
     """The fuzz targets to measure against a target of ``engine`` (the case parser, then that engine's),
     and each other engine's target with why it is skipped: an engine's fuzzers load only its own releases."""
-    import importlib
-
-    from mmharness.cli import CASE_PARSER
-    from mmharness.targets.specs import ENGINES
+    from mmharness.fuzz.registry import BY_ENGINE, CASE_PARSER
 
     measured, skipped = [CASE_PARSER], {}
-    for package in ENGINES:
-        for parser in importlib.import_module(package).FUZZ_TARGETS:
+    for package, parsers in BY_ENGINE.items():
+        for parser in parsers:
             if package == engine:
                 measured.append(parser)
             else:
@@ -160,7 +157,7 @@ def fuzz_rates(spec: str, seconds: int, *, engine: str | None) -> list[Figure]:
     if importlib.util.find_spec("atheris") is None:
         missing = "atheris is not installed (pip install 'mmharness[fuzz]')"
         return [Figure("fuzz targets", 0, "execs/s", note=missing)]
-    from mmharness.cli import CASE_PARSER
+    from mmharness.fuzz.registry import CASE_PARSER
 
     measured, skipped = fuzz_plan(engine)
     figures = []

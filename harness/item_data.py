@@ -11,13 +11,13 @@ imported on first use.
 
 from __future__ import annotations
 
-from dataclasses import replace
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from mmharness import tensors
 from mmharness.model import MODEL_DATA_KEYS, Case, GridRow, Item
 from mmharness.reference import OUTSIDE, WHOLE, Split, SplitPart, split_rule
-from mmharness.targets.base import FeatureItem
 
 if TYPE_CHECKING:
     import torch
@@ -27,6 +27,23 @@ PATCH_WIDTH = 2
 MERGE_SIZE = 2
 """The value of the scalar ``merge_size``."""
 _SALT = {key: 0xDA7A + n for n, key in enumerate(MODEL_DATA_KEYS)}
+
+
+@dataclass(frozen=True)
+class FeatureItem:
+    """An item with the vision features an engine would carry for it (R5).
+
+    ``features`` comes in the item's ``feature_form`` (a tensor unless it says
+    otherwise; ``None`` for a precomputed item, whose rows are ``embedding``);
+    ``model_data`` is the engine item's model data beside its grid
+    (``feature_item`` makes all three). It lives here, below the targets that
+    take it, because this module builds it and the targets use this module.
+    """
+
+    item: Item
+    features: Any
+    embedding: Any = None
+    model_data: Mapping[str, Any] = field(default_factory=dict)
 
 
 # Making the values --------------------------------------------------------------------

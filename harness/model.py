@@ -184,14 +184,8 @@ def listed_windows(case: Case) -> Case:
     if case.prefix_listed is None and case.extend_listed is None:
         return case
     listed = case.listed
-    requests = tuple(
-        r if k < listed else replace(r, extend_len=0) for k, r in enumerate(case.requests)
-    )
+    requests = tuple(r if k < listed else replace(r, extend_len=0) for k, r in enumerate(case.requests))
     return replace(case, requests=requests, prefix_listed=None, extend_listed=None)
-
-
-def item_path(r: int, i: int) -> str:
-    return f"requests[{r}].items[{i}]"
 
 
 def validate(case: Case) -> None:

@@ -11,7 +11,8 @@ import shlex
 from pathlib import Path
 
 import pytest
-from mmharness.cli import FUZZ_PARSERS, _parser
+from mmharness.cli import _parser
+from mmharness.fuzz.registry import FUZZ_PARSERS
 
 ROOT = Path(__file__).parent.parent
 FILES = [ROOT / "docs" / "ci" / "mmharness.yml", ROOT / ".clusterfuzzlite" / "build.sh"]

@@ -516,6 +516,21 @@ def test_pip_errors_become_one_line():
     assert "unreachable" in releases._explain("sglang", "0.5.23", [offline])
     empty = "ERROR: Could not find a version that satisfies sglang==1.0 (from versions: none)\n"
     assert "lists no sglang wheels" in releases._explain("sglang", "1.0", [empty])
+    candidate = listed.replace("0.5.10)", "0.5.10, 0.5.10rc1)")
+    assert "(latest is 0.5.10)" in releases._explain("sglang", "0.4.99", [candidate]), "rc before release"
+
+
+def test_cached_releases_are_in_release_order(tmp_path, monkeypatch):
+    """PEP 440: 0.5.10 after 0.5.9, a post-release after its release, a candidate before it (it
+    once sorted after); a directory copied in under a name that is no version comes first."""
+    monkeypatch.setenv("MMHARNESS_CACHE", str(tmp_path))
+    ordered = ["my-fork", "0.5.6", "0.5.6.post2", "0.5.9", "0.5.10rc1", "0.5.10", "0.5.10.post1"]
+    for version in reversed(ordered):
+        directory = releases.release_dir("sglang", version)
+        directory.mkdir(parents=True)
+        (directory / releases.COMPLETE).write_text("sglang.whl\n")
+    releases.release_dir("sglang", "0.5.11").mkdir()  # no marker: a download in progress
+    assert releases.cached("sglang") == [f"sglang=={version}" for version in ordered]
 
 
 def test_release_of_skips_placeholder_versions(tmp_path):

@@ -206,11 +206,11 @@ class Baseline:
     @classmethod
     def load(cls, path: str | os.PathLike[str]) -> Baseline:
         """Read a baseline file; ``ValueError`` with what is wrong (the CLI makes it a usage error)."""
-        from mmharness.baseline import BaselineError, read_json
+        from mmharness.jsonfile import JSONFileError, read_json
 
         try:
             document = read_json(str(path), "a fuzz baseline")  # bounded in size and depth
-        except BaselineError as error:
+        except JSONFileError as error:
             raise ValueError(str(error)) from None
         if not isinstance(document, dict) or document.get("format") != BASELINE_FORMAT:
             raise ValueError(f'{path}: not a baseline (expected "format": "{BASELINE_FORMAT}")')

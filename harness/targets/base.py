@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
 
 from mmharness import tensors
+from mmharness.item_data import FeatureItem as FeatureItem  # built by item_data, handed to targets
 from mmharness.model import Case, Item
 
 if TYPE_CHECKING:
@@ -35,11 +36,6 @@ ALL_CAPABILITIES = frozenset(
     {CHUNK, PRECOMPUTED, PREFILL, PER_REQUEST_PATH, EMBED_AND_MASK, COUNT, ADJUST, ONE_GRID, SPLIT}
 )
 """What a full target has: the rules every engine follows (options such as ``WHOLE_ITEMS`` are extra)."""
-
-Step = tuple[int, int, int]
-"""One request's share of one scheduler step: ``(request, first position, tokens)``."""
-Draft = tuple[int, int, int, "torch.Tensor | None", "torch.Tensor"]
-"""A drafter's gather in one step: ``(request, first position, tokens, rows, mask over the tokens)``."""
 
 Path = str
 """A target's name for one of its paths (``batched``, ``per_request``; ``v1``, ``v2``)."""
@@ -162,22 +158,6 @@ class Encoder:
         return [key for call in self.calls for key in call]
 
 
-@dataclass(frozen=True)
-class FeatureItem:
-    """An item with the vision features an engine would carry for it (R5).
-
-    ``features`` comes in the item's ``feature_form`` (a tensor unless it says
-    otherwise; ``None`` for a precomputed item, whose rows are ``embedding``);
-    ``model_data`` is the engine item's model data beside its grid
-    (``mmharness.item_data`` makes all three).
-    """
-
-    item: Item
-    features: Any
-    embedding: Any = None
-    model_data: Mapping[str, Any] = field(default_factory=dict)
-
-
 @runtime_checkable
 class Target(Protocol):
     """What a check may ask of a target. Tensors in and out are on ``case.device``.
@@ -188,7 +168,9 @@ class Target(Protocol):
     reasons show. A capability absent because the file that should hold it did
     not load goes in ``unloaded`` (capability -> the file and its error) as well:
     its checks are *could not test*, never a skip, since a broken file is not a
-    missing feature. The methods below are the whole set, for a full target.
+    missing feature. Each method's contract is its rule in ``docs/rules.md``;
+    ``mmharness.targets.reference`` implements every rule's method, and
+    ``docs/examples/toy_adapter.py`` is a target with a few of them.
     """
 
     name: str
@@ -196,58 +178,3 @@ class Target(Protocol):
 
     def describe(self) -> dict[str, Any]:
         """What ``mmharness targets`` shows: release, files, functions, stubbed names."""
-
-
-class FullTarget(Target, Protocol):
-    """A target with every capability's method (the reference, the engine model, SGLang)."""
-
-    def embedding_chunk(
-        self, embedding: torch.Tensor, case: Case, request: int
-    ) -> tuple[torch.Tensor, int, int]:
-        """R1 on ``case.requests[request]``: its items' spans and window over ``embedding``."""
-
-    def precomputed_embedding(self, case: Case) -> torch.Tensor | None:
-        """R2: items marked precomputed carry ``tensors.item_embedding``; the others none."""
-
-    def new_cache(self, max_size: int) -> Any:
-        """A fresh embedding cache of ``max_size`` bytes (0 disables caching)."""
-
-    def chunked_prefill_embedding(
-        self, case: Case, encoder: Encoder, *, cache: Any, path: Path = "batched"
-    ) -> torch.Tensor | None:
-        """R3: every item runs through ``encoder``; precomputed flags are ignored."""
-
-    def embedding_and_mask(
-        self, case: Case, encoder: Encoder, *, cache: Any
-    ) -> tuple[torch.Tensor | None, torch.Tensor | None]:
-        """R3e on ``tensors.input_ids(case)``: the rows and a boolean mask over input_ids."""
-
-    def count_mm_tokens(self, case: Case) -> int:
-        """R4: placeholder positions inside the windows."""
-
-    def adjust_embedding_length(self, embedding: torch.Tensor, wanted: int) -> torch.Tensor:
-        """R4: fit a 2-D embedding to ``wanted`` placeholders."""
-
-    def image_feature(self, case: Case, items: Sequence[FeatureItem]) -> torch.Tensor:
-        """R5: a one-grid encoder's features for ``items`` (vision tower = identity)."""
-
-    def split_item(self, case: Case, item: FeatureItem) -> list[FeatureItem]:
-        """R5: the engine's per-image split of one (possibly aggregated) item."""
-
-
-class WholeItemTarget(Target, Protocol):
-    """A target with an option to schedule items whole (vLLM's ``disable_chunked_mm_input``)."""
-
-    def whole_item_prefill(
-        self, case: Case, encoder: Encoder, *, cache: Any
-    ) -> tuple[torch.Tensor | None, list[Step]]:
-        """R3w: prefill the windows with the option on: the rows served and every step taken."""
-
-
-class DraftTarget(Target, Protocol):
-    """A target whose steps can feed a drafter reading ahead (vLLM's EAGLE look-ahead)."""
-
-    def draft_prefill(
-        self, case: Case, encoder: Encoder, *, cache: Any
-    ) -> tuple[torch.Tensor | None, list[Step], list[Draft]]:
-        """R3d: prefill with a drafter one token ahead: the rows, the steps, the drafter's gathers."""

@@ -27,6 +27,7 @@ from pathlib import Path
 
 from mmharness.targets.base import TargetError
 from mmharness.targets.loader import Layout, Source, cache_dir, locate
+from packaging.version import InvalidVersion, Version
 
 COMPLETE = "mmharness-release-2.txt"
 """Written last into an unpacked release: its presence means the release is complete.
@@ -70,7 +71,7 @@ def cached(package: str) -> list[str]:
         for path in (root.glob(f"{prefix}*") if root.is_dir() else ())
         if (path / COMPLETE).is_file()
     ]
-    return [f"{package}=={version}" for version in sorted(versions, key=_version_key)]
+    return [f"{package}=={version}" for version in sorted(versions, key=_release_order)]
 
 
 def fetch(package: str, version: str, members: tuple[str, ...], *, example: str) -> Path:
@@ -79,9 +80,7 @@ def fetch(package: str, version: str, members: tuple[str, ...], *, example: str)
     ``members`` are the wheel paths to keep; ``example`` is a version to suggest.
     """
     if not _VERSION_SPEC.match(version):
-        raise TargetError(
-            f"{package}=={version}: not a release version; write e.g. {package}=={example}"
-        )
+        raise TargetError(f"{package}=={version}: not a release version; write e.g. {package}=={example}")
     target = release_dir(package, version)
     if (target / COMPLETE).is_file():
         _verify(target, f"{package}=={version}")
@@ -184,7 +183,7 @@ def _explain(package: str, version: str, outputs: list[str]) -> str:
         )
     listed = [v.strip() for output in outputs for v in _found_versions(output)]
     if listed:
-        known = sorted(set(listed), key=_version_key)
+        known = sorted(set(listed), key=_release_order)
         return (
             f"{requirement} is not on the package index (latest is {known[-1]});"
             f" pick a listed release (`pip index versions {package}`) or use a path spec"
@@ -200,15 +199,27 @@ def _explain(package: str, version: str, outputs: list[str]) -> str:
 
 
 def _found_versions(output: str) -> list[str]:
+    """The versions pip download saw, from its failure message. ``pip index versions --json`` would
+    say it structured, but only from pip 25.1 (this is whatever pip the user's Python has), in a
+    second query to the index, and it fails rather than answer an empty list; the failure message
+    is read anyway, to tell no network and no pip apart."""
     match = _FROM_VERSIONS.search(output)
     if not match or match.group(1).strip() == "none":
         return []
     return match.group(1).split(",")
 
 
-def _version_key(version: str) -> tuple:
-    parts = re.findall(r"\d+|[a-z]+", version)
-    return tuple((0, int(p), "") if p.isdigit() else (1, 0, p) for p in parts)
+_NO_VERSION = Version("0")
+
+
+def _release_order(version: str) -> tuple[bool, Version, str]:
+    """Sort key of release versions, oldest first, as the package index orders them (PEP 440:
+    0.5.9 < 0.5.10rc1 < 0.5.10 < 0.5.10.post1); a name that is no version (a release directory
+    copied in by hand) sorts first, by name, rather than failing the listing."""
+    try:
+        return (True, Version(version), version)
+    except InvalidVersion:
+        return (False, _NO_VERSION, version)
 
 
 def _unpack(wheel: Path, into: Path, package: str, version: str, members: tuple[str, ...]) -> None:
