@@ -12,6 +12,8 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from mmharness.fuzz.registry import CASE_PARSER, FUZZ_PARSERS
+
 if TYPE_CHECKING:
 
     from mmharness.model import Case
@@ -48,6 +50,16 @@ def _seconds(value: str) -> float:
     if not math.isfinite(seconds) or seconds < 0:
         raise argparse.ArgumentTypeError(f"must be 0 (no limit) or more seconds, got {value}")
     return seconds
+
+
+def _shard(value: str) -> tuple[int, int]:
+    """``--shard I/N``, refused while parsing: before any release is downloaded."""
+    from mmharness.shards import parse
+
+    try:
+        return parse(value)
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -155,6 +167,18 @@ def _parser() -> argparse.ArgumentParser:
     matrix.add_argument(
         "--findings", metavar="DIR", help="save every finding's shrunk case under DIR/TARGET/ (default: none)"
     )
+    matrix.add_argument(
+        "--shard",
+        type=_shard,
+        metavar="I/N",
+        help="run the I-th of N shares of the targets (every N-th, in order); `mmharness merge` joins them",
+    )
+
+    merge = sub.add_parser(
+        "merge", help="join the --json reports of `matrix --shard I/N` into the unsharded matrix's report"
+    )
+    merge.add_argument("shards", nargs="+", metavar="SHARD.json", help="every shard's report, any order")
+    merge.add_argument("--json", metavar="FILE", help="write the merged table as JSON")
 
     atlas = sub.add_parser("atlas", help="a matrix's --json as a release atlas (Markdown), with notes")
     atlas.add_argument("matrix", metavar="MATRIX.json", help="written by `mmharness matrix --json`")
@@ -226,24 +250,6 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-CASE_PARSER = "case-parser"
-
-
-def _fuzz_parsers() -> dict[str, str]:
-    """Fuzz target name -> the module holding its entry point: the case parser's, then each engine's."""
-    import importlib
-
-    from mmharness.targets.specs import ENGINES
-
-    parsers = {CASE_PARSER: "mmharness.fuzz.case_parser"}
-    for engine in ENGINES:
-        parsers.update(importlib.import_module(engine).FUZZ_TARGETS)
-    return parsers
-
-
-FUZZ_PARSERS = _fuzz_parsers()
-
-
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     passthrough: list[str] = []
@@ -264,6 +270,7 @@ def main(argv: list[str] | None = None) -> int:
         "checks": _checks,
         "fuzz": _fuzz,
         "matrix": _matrix,
+        "merge": _merge,
         "atlas": _atlas,
         "bench": _bench,
     }
@@ -714,9 +721,8 @@ def _replay_in_worker(spec: str, check_id: str, case: Case, params: dict, deadli
 
 
 def _matrix(args: argparse.Namespace) -> int:
-    from mmharness import interrupts, report
-    from mmharness.deadline import SIGNATURE as DID_NOT_FINISH
-    from mmharness.matrix import render, run_matrix
+    from mmharness import interrupts, report, shards
+    from mmharness.matrix import run_matrix
     from mmharness.progress import Progress
     from mmharness.runner import deadline_for
 
@@ -726,15 +732,21 @@ def _matrix(args: argparse.Namespace) -> int:
     _distinct({"--json": args.json, "--findings": args.findings})
     _writable("--findings", args.findings, directory=True)
     _writable("--json", args.json)
+    deadline = deadline_for(args.profile, "cpu", args.deadline)
+    targets = args.targets
+    if args.shard:
+        index, count = args.shard
+        targets = shards.share(args.targets, index, count)
+        print(f"shard {index}/{count}: {len(targets)} of {len(args.targets)} targets", file=sys.stderr)
 
-    with interrupts.handled(), Progress(len(args.targets), "targets", stream=sys.stderr) as progress:
+    with interrupts.handled(), Progress(len(targets), "targets", stream=sys.stderr) as progress:
 
         def done(spec: str, cells: int | None) -> None:
             ran = f"{cells} checks" if cells == len(checks) else f"{cells} of {len(checks)} (interrupted)"
             progress.line(f"  {spec}: {'could not load' if cells is None else ran}")
 
         matrix = run_matrix(
-            args.targets,
+            targets,
             checks,
             args.profile,
             max_examples=args.max_examples,
@@ -745,21 +757,72 @@ def _matrix(args: argparse.Namespace) -> int:
             findings=args.findings,
             deadline=args.deadline,
         )
-    print(render(matrix, color=report.use_color(sys.stdout), strict=args.strict))
-    deadline = deadline_for(args.profile, "cpu", args.deadline)
+    _show_matrix(matrix, strict=args.strict, deadline=deadline)
+    if args.json:
+        document = matrix.as_json(strict=args.strict)
+        if args.shard:
+            settings = shards.Settings(args.profile, args.seed, args.max_examples, deadline, args.strict)
+            whole = _command_line(_unsharded(args.argv))
+            shard = shards.Shard(*args.shard, tuple(args.targets), settings, whole)
+            document = shards.report(matrix, shard)
+        report.write(args.json, json.dumps(document, indent=2) + "\n")
+    if matrix.interrupted:
+        return interrupts.exit_code()
+    return _matrix_exit_code(matrix, strict=args.strict)
+
+
+def _show_matrix(matrix, *, strict: bool, deadline: float | None) -> None:
+    """The table, then how to replay each saved finding (a hung one under the deadline it overran)."""
+    from mmharness import report
+    from mmharness.deadline import SIGNATURE as DID_NOT_FINISH
+    from mmharness.matrix import render
+
+    print(render(matrix, color=report.use_color(sys.stdout), strict=strict))
     for (check_id, spec), cell in matrix.cells.items():
         for seen in cell.findings:
             if seen.saved:
-                hung = seen.signature == DID_NOT_FINISH  # replayed with the deadline it did not finish in
+                hung = seen.signature == DID_NOT_FINISH
                 again = report.replay_command(seen.saved, spec, deadline if hung else None)
                 print(f"{check_id} on {spec}: reproduce with: {again}")
-    if args.json:
-        report.write(args.json, json.dumps(matrix.as_json(strict=args.strict), indent=2) + "\n")
-    if matrix.interrupted:
-        return interrupts.exit_code()
+
+
+def _matrix_exit_code(matrix, *, strict: bool) -> int:
+    """A target that did not load is a usage error (a misspelt release), else as the cells say."""
     if matrix.target_errors:
         return USAGE_ERROR
-    return _exit_code([cell.status for cell in matrix.cells.values()], strict=args.strict)
+    return _exit_code([cell.status for cell in matrix.cells.values()], strict=strict)
+
+
+def _unsharded(argv: list[str]) -> list[str]:
+    """The whole matrix's command: ``argv`` less its ``--shard I/N`` (or ``--shard=I/N``, or a prefix
+    argparse took for it: one it parsed cannot be ambiguous)."""
+    words: list[str] = []
+    value_next = False
+    for word in argv:
+        name, equals, _ = word.partition("=")
+        if value_next:
+            value_next = False
+        elif len(name) > 2 and "--shard".startswith(name):
+            value_next = not equals
+        else:
+            words.append(word)
+    return words
+
+
+def _merge(args: argparse.Namespace) -> int:
+    from mmharness import report
+    from mmharness.baseline import BaselineError, read_json
+    from mmharness.shards import MergeError, merge
+
+    _writable("--json", args.json)
+    try:
+        matrix, settings = merge([(path, read_json(path, "a shard report")) for path in args.shards])
+    except (BaselineError, MergeError) as error:
+        raise UsageError(str(error)) from None
+    _show_matrix(matrix, strict=settings.strict, deadline=settings.deadline)
+    if args.json:
+        report.write(args.json, json.dumps(matrix.as_json(strict=settings.strict), indent=2) + "\n")
+    return _matrix_exit_code(matrix, strict=settings.strict)
 
 
 MAX_EXAMPLES = 1_000_000

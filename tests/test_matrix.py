@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 from mmharness import atlas
@@ -142,3 +143,149 @@ def test_a_document_that_is_not_a_matrix_says_why(document, words):
 
     with pytest.raises(NotAMatrix, match=words):
         Matrix.from_json(document)
+
+
+SHARDED = ["reference", *THREE[1:], "/nonexistent/sglang-fork", "mutant:count_inclusive_end"]
+"""Five targets (one that does not load) over three shards: two, two and one."""
+SHARDED_ARGS = [
+    *(word for spec in SHARDED for word in ("--target", spec)),
+    *("--checks", "count", "--checks", "chunk.matches_reference", "--max-examples", "30"),
+]
+
+
+def _cli(capsys, *argv: str) -> tuple[int, str, str]:
+    from mmharness.cli import main
+
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_merged_shards_are_the_unsharded_report_table_and_exit_code(capsys, tmp_path, monkeypatch):
+    """Shards written under the unsharded run's --json name (then moved aside) give back its command
+    line too; ``--shard`` is spelt each way argparse takes it."""
+    monkeypatch.chdir(tmp_path)
+    code, out, _ = _cli(capsys, "matrix", *SHARDED_ARGS, "--json", "matrix.json")
+    whole = json.loads((tmp_path / "matrix.json").read_text())
+    for index, spelt in ((1, ["--shard", "1/3"]), (2, ["--shard=2/3"]), (3, ["--sha", "3/3"])):
+        _cli(capsys, "matrix", *SHARDED_ARGS, *spelt, "--json", "matrix.json")
+        shard = (tmp_path / "matrix.json").rename(tmp_path / f"shard-{index}.json")
+        report = json.loads(shard.read_text())
+        assert [t["spec"] for t in report["targets"]] == SHARDED[index - 1 :: 3]
+        assert (report["shard"]["index"], report["shard"]["count"]) == (index, 3)
+    merged_code, merged_out, _ = _cli(
+        capsys, "merge", "shard-3.json", "shard-1.json", "shard-2.json", "--json", "merged.json"
+    )
+    assert json.loads((tmp_path / "merged.json").read_text()) == whole
+    assert merged_code == code == 2 and merged_out == out  # 2: a target did not load
+    assert "mutant:chunk_start_off_by_one" in out.splitlines()[0], "the table has every target"
+
+
+def test_shares_are_round_robin_disjoint_and_cover_every_target():
+    from mmharness.shards import share
+
+    assert share(list("abcdefg"), 2, 3) == ["b", "e"]
+    for size in range(8):
+        targets = [f"sglang==0.5.{k}" for k in range(size)]
+        for count in range(1, 6):
+            shares = [share(targets, index, count) for index in range(1, count + 1)]
+            dealt = [t for one in shares for t in one]
+            assert sorted(dealt) == sorted(targets) and len(dealt) == size
+            assert max(map(len, shares)) - min(map(len, shares)) <= 1
+            assert all(one == sorted(one, key=targets.index) for one in shares), "each share keeps the order"
+
+
+@pytest.mark.parametrize(
+    ("value", "words"),
+    [
+        ("0/3", "I must be from 1 to N (3), got 0/3"),
+        ("4/3", "I must be from 1 to N (3), got 4/3"),
+        ("1/0", "N must be 1 or more, got 1/0"),
+        ("a/b", "expected I/N, the I-th of N shares (e.g. 2/3), got 'a/b'"),
+        ("3", "expected I/N, the I-th of N shares (e.g. 2/3), got '3'"),
+    ],
+)
+def test_a_bad_shard_is_a_usage_error_before_any_target_loads(capsys, monkeypatch, value, words):
+    def loaded(spec):
+        raise AssertionError(f"{spec} was loaded before --shard was checked")
+
+    monkeypatch.setattr("mmharness.targets.specs.resolve", loaded)
+    with pytest.raises(SystemExit) as stopped:
+        _cli(capsys, "matrix", "--target", "sglang==0.5.23", "--shard", value)
+    assert stopped.value.code == 2
+    assert f"argument --shard: {words}" in capsys.readouterr().err
+
+
+def test_a_shard_beyond_the_targets_is_empty_and_still_merges(capsys, tmp_path):
+    args = ["matrix", "--target", "reference", "--checks", "count", "--max-examples", "5"]
+    paths = [str(tmp_path / f"shard-{index}.json") for index in (1, 2)]
+    for index, path in enumerate(paths, 1):
+        assert _cli(capsys, *args, "--shard", f"{index}/2", "--json", path)[0] == 0
+    assert json.loads((tmp_path / "shard-2.json").read_text())["targets"] == []
+    code, out, _ = _cli(capsys, "merge", *paths, "--json", str(tmp_path / "merged.json"))
+    assert code == 0 and out.splitlines()[0].split() == ["check", "reference", "first", "failing"]
+
+
+MERGE_ARGS = ["--target", "reference", "--target", "mutant:count_inclusive_end", "--checks", "count"]
+MERGE_ARGS += ["--max-examples", "5"]
+
+
+@pytest.fixture(scope="module")
+def shard_reports(tmp_path_factory) -> dict[str, str]:
+    """Shard reports by how they were run: the shares of one matrix, and shares of others."""
+    from mmharness.cli import main
+
+    where = tmp_path_factory.mktemp("shards")
+    runs = {
+        "1/2": ["--shard", "1/2"],
+        "2/2": ["--shard", "2/2"],
+        "1/3": ["--shard", "1/3"],
+        "2/2 seed": ["--shard", "2/2", "--seed", "3"],
+        "2/2 dev": ["--shard", "2/2", "--profile", "dev"],
+        "2/2 checks": ["--shard", "2/2", "--checks", "chunk.matches_reference"],
+        "2/2 targets": ["--shard", "2/2", "--target", "mutant:chunk_end_inclusive"],
+        "whole": [],
+    }
+    paths = {}
+    for name, extra in runs.items():
+        paths[name] = str(where / f"{name.replace('/', '-').replace(' ', '-')}.json")
+        main(["matrix", *MERGE_ARGS, *extra, "--json", paths[name]])
+    return paths
+
+
+@pytest.mark.parametrize(
+    ("given", "words"),
+    [
+        (["1/2", "1/3"], r"different matrices: shard count \(N of --shard I/N\) is 3 in \S+1-3.json"),
+        (["1/2", "2/2 seed"], r"different matrices: --seed is 3 in \S+2-2-seed.json, None in \S+1-2.json"),
+        (["1/2", "2/2 dev"], r"different matrices: --profile is 'dev' in \S+, 'ci' in"),
+        (["1/2", "2/2 checks"], r"checks \(--checks\) #2 is 'chunk.matches_reference' in \S+, absent in"),
+        (["1/2", "2/2 targets"], r"targets \(--target\) #3 is 'mutant:chunk_end_inclusive' in \S+, absent"),
+        (["1/2", "1/2", "2/2"], r"shard 1/2 is given twice: \S+1-2.json and \S+1-2.json"),
+        (["2/2"], r"shard\(s\) 1 of 2 missing: give every shard's report"),
+        (["1/2", "whole"], r"whole.json: not a shard's report \(`mmharness matrix --shard I/N --json`"),
+    ],
+)
+def test_merge_refuses_what_is_not_every_shard_of_one_matrix(capsys, tmp_path, shard_reports, given, words):
+    merged = tmp_path / "merged.json"
+    code, out, err = _cli(capsys, "merge", *(shard_reports[name] for name in given), "--json", str(merged))
+    assert code == 2 and re.search(words, err) and err.count("\n") == 1, err
+    assert out == "" and not merged.exists()
+
+
+def test_the_sharded_atlas_workflow_asks_mmharness_for_what_it_has():
+    """``docs/ci/atlas-sharded.yml`` runs on GitHub only; here, each of its commands parses."""
+    import shlex
+    from pathlib import Path
+
+    from mmharness.cli import _parser
+
+    workflow = (Path(__file__).parent.parent / "docs" / "ci" / "atlas-sharded.yml").read_text()
+    text = re.sub(r"\$\{\{[^}]*\}\}", "2", re.sub(r"\\\n\s*", " ", workflow))  # every expression: 2
+    lines = (line.strip().removeprefix("run: ") for line in text.splitlines())
+    runs = [line.replace("$TARGETS", "--target reference") for line in lines if line.startswith("mmharness ")]
+    commands = [shlex.split(line)[1:] for line in runs]
+    assert [words[0] for words in commands] == ["matrix", "merge", "atlas"]
+    for words in commands:
+        _parser().parse_args(words)
+    assert "--shard" in commands[0]

@@ -1,0 +1,206 @@
+"""``matrix --shard I/N`` and ``mmharness merge``: one matrix spread over machines, then joined.
+
+A CI matrix runs one ``mmharness matrix`` command on N machines, each with
+``--shard I/N``: each runs its share of the targets and writes its ``--json``
+report, and ``mmharness merge`` joins the reports into the one the unsharded
+command writes (the same JSON, table, exit code and so atlas). Targets are
+dealt round-robin in the matrix's own order, the order given (oldest release
+first), so each shard gets old and new releases alike rather than one shard
+all the newest. Not in their sorted spelling: ``sglang==0.4.10`` sorts before
+``sglang==0.4.6`` as text, and the order given is the one the report keeps.
+
+A shard's report is a matrix report of its share with a ``shard`` field: which
+share, the whole matrix's targets and command line, and the settings its cells
+depend on. That is what a merge needs to rebuild the whole and to tell shares
+of one matrix from shares of others.
+
+A merge refuses (``MergeError``) what it cannot join into the unsharded
+report: shares of different matrices, a shard given twice, and missing shards.
+A merge of some shards would read as the whole matrix with its other releases
+left out unnoticed, and an atlas made from it would hide their findings; each
+shard's own report still reads alone (``mmharness atlas``). An interrupted
+shard is merged, and the merged report says ``interrupted`` as the unsharded
+run's would.
+
+Merging is a command of its own, as ``coverage combine`` and ``playwright
+merge-reports`` are, rather than a ``matrix`` option: it runs nothing, so
+none of matrix's options but ``--json`` would mean anything beside it, and
+like ``mmharness atlas`` it reads reports.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field, fields
+from typing import Any
+
+from mmharness.matrix import Matrix, NotAMatrix
+
+FIELD = "shard"
+_SPEC = re.compile(r"([0-9]+)/([0-9]+)")
+
+
+class MergeError(ValueError):
+    """Shard reports that do not join into one matrix report; the message names the file and why."""
+
+
+def parse(text: str) -> tuple[int, int]:
+    """``I/N`` as ``(I, N)``; ``ValueError`` says what is wrong, for ``--shard``'s usage error."""
+    spelled = _SPEC.fullmatch(text)
+    if spelled is None:
+        raise ValueError(f"expected I/N, the I-th of N shares (e.g. 2/3), got {text!r}")
+    index, count = int(spelled[1]), int(spelled[2])
+    if count < 1:
+        raise ValueError(f"N must be 1 or more, got {text}")
+    if not 1 <= index <= count:
+        raise ValueError(f"I must be from 1 to N ({count}), got {text}")
+    return index, count
+
+
+def share(targets: Sequence[str], index: int, count: int) -> list[str]:
+    """The targets of shard ``index`` of ``count``: every ``count``-th, from the ``index``-th on.
+
+    Empty when there are fewer targets than shards, so that a CI matrix's shard
+    count need not follow its target list.
+    """
+    return list(targets[index - 1 :: count])
+
+
+@dataclass(frozen=True)
+class Settings:
+    """What a matrix's cells depend on besides its checks and targets: shares of one matrix agree on it.
+
+    ``deadline`` is the one the checks ran under (from ``$MMHARNESS_DEADLINE``
+    or the profile when not given), so machines set up differently disagree.
+    ``strict`` changes no cell, only the report's first failing targets and the exit code.
+    """
+
+    profile: str = field(metadata={"flag": "--profile"})
+    seed: int | None = field(metadata={"flag": "--seed"})
+    max_examples: int | None = field(metadata={"flag": "--max-examples"})
+    deadline: float | None = field(metadata={"flag": "--deadline"})
+    strict: bool = field(metadata={"flag": "--strict"})
+
+
+@dataclass(frozen=True)
+class Shard:
+    """Which share of which matrix a report holds."""
+
+    index: int
+    count: int
+    targets: tuple[str, ...]
+    """Every target of the whole matrix, in its order."""
+    settings: Settings
+    command: str
+    """The whole matrix's command line: the shard's own without its ``--shard``."""
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "index": self.index,
+            "count": self.count,
+            "targets": list(self.targets),
+            "settings": asdict(self.settings),
+            "command": self.command,
+        }
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Shard:
+        shard = cls(
+            int(data["index"]),
+            int(data["count"]),
+            tuple(str(t) for t in data["targets"]),
+            Settings(**data["settings"]),
+            str(data["command"]),
+        )
+        if not 1 <= shard.index <= shard.count:
+            raise ValueError(f"index {shard.index} of {shard.count}")
+        return shard
+
+
+def report(matrix: Matrix, shard: Shard) -> dict[str, Any]:
+    """A shard's ``--json`` report: its share's matrix report, and which share of what it is."""
+    return {**matrix.as_json(strict=shard.settings.strict), FIELD: shard.as_json()}
+
+
+def merge(reports: Sequence[tuple[str, object]]) -> tuple[Matrix, Settings]:
+    """The unsharded matrix from its shards' reports (``(file name, JSON)``), and its settings.
+
+    Raises ``MergeError`` naming the file for a report that is not a shard's,
+    one of another matrix, a shard given twice or missing shards.
+    """
+    read = sorted((_read(name, data) for name, data in reports), key=lambda one: one[2].index)
+    first_name, first_matrix, first = read[0]
+    for name, matrix, shard in read[1:]:
+        _same(first_name, name, "shard count (N of --shard I/N)", first.count, shard.count)
+        _same(first_name, name, "targets (--target)", first.targets, shard.targets)
+        _same(first_name, name, "checks (--checks)", first_matrix.checks, matrix.checks)
+        for setting in fields(Settings):
+            mine, theirs = getattr(first.settings, setting.name), getattr(shard.settings, setting.name)
+            _same(first_name, name, setting.metadata["flag"], mine, theirs)
+    given: dict[int, str] = {}
+    for name, _, shard in read:
+        if shard.index in given:
+            raise MergeError(
+                f"shard {shard.index}/{shard.count} is given twice: {given[shard.index]} and {name}"
+            )
+        given[shard.index] = name
+    missing = [str(k) for k in range(1, first.count + 1) if k not in given]
+    if missing:
+        raise MergeError(
+            f"shard(s) {', '.join(missing)} of {first.count} missing: give every shard's report"
+            " (a merge of some would read as the whole matrix)"
+        )
+    part = {target: matrix for _, matrix, _ in read for target in matrix.targets}
+    interrupted = any(matrix.interrupted for _, matrix, _ in read)
+    whole = Matrix(
+        [t for t in first.targets if t in part],
+        list(first_matrix.checks),
+        command=first.command,
+        interrupted=interrupted,
+    )
+    for target in whole.targets:  # in the matrix's order, as the unsharded run fills them
+        whole.cells.update({(c, target): part[target].cell(c, target) for c in whole.checks})
+        if target in part[target].target_errors:
+            whole.target_errors[target] = part[target].target_errors[target]
+        if target in part[target].releases:
+            whole.releases[target] = part[target].releases[target]
+    return whole, first.settings
+
+
+def _read(name: str, data: object) -> tuple[str, Matrix, Shard]:
+    """A shard report as its matrix and shard; ``MergeError`` for anything else."""
+    try:
+        matrix = Matrix.from_json(data)
+    except NotAMatrix as error:
+        raise MergeError(
+            f"{name}: not a matrix report (`mmharness matrix --json` writes one): {error}"
+        ) from None
+    if FIELD not in data:
+        raise MergeError(f"{name}: not a shard's report (`mmharness matrix --shard I/N --json` writes one)")
+    try:
+        shard = Shard.from_json(data[FIELD])
+    except (KeyError, TypeError, ValueError) as error:
+        raise MergeError(f"{name}: malformed {FIELD!r} field: {error}") from None
+    mine = share(shard.targets, shard.index, shard.count)
+    outside = [t for t in matrix.targets if t not in mine]
+    if outside:
+        raise MergeError(f"{name}: target {outside[0]!r} is not in shard {shard.index}/{shard.count}'s share")
+    return name, matrix, shard
+
+
+def _same(first: str, name: str, what: str, mine: object, theirs: object) -> None:
+    """Refuse two shards whose ``what`` differs: they are shares of different matrices."""
+    if mine == theirs:
+        return
+    if isinstance(mine, list | tuple) and isinstance(theirs, list | tuple):
+        pairs = enumerate(zip(mine, theirs, strict=False))
+        k = next((k for k, (a, b) in pairs if a != b), min(len(mine), len(theirs)))
+        what, mine, theirs = f"{what} #{k + 1}", _at(mine, k), _at(theirs, k)
+    else:
+        mine, theirs = repr(mine), repr(theirs)
+    raise MergeError(f"shards of different matrices: {what} is {theirs} in {name}, {mine} in {first}")
+
+
+def _at(values: Sequence[object], k: int) -> str:
+    return repr(values[k]) if k < len(values) else "absent"
