@@ -78,7 +78,9 @@ import ast
 import difflib
 import importlib
 import json
+import math
 import os
+import random
 import shutil
 import subprocess
 import sys
@@ -511,6 +513,12 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--limit", type=int, help="only the first N mutants reached (a quick look)")
     parser.add_argument(
+        "--sample", type=int, metavar="N",
+        help="N mutants reached, drawn at random (--sample-seed): an unbiased estimate of the score"
+        " in a fixed time, with its 95%% interval",
+    )  # fmt: skip
+    parser.add_argument("--sample-seed", type=int, default=0, help="the --sample draw (default 0)")
+    parser.add_argument(
         "--baseline-seeds", type=int, default=2, metavar="K",
         help="baselines: the CI profile and --seed 1..K (default 2)",
     )  # fmt: skip
@@ -582,6 +590,10 @@ def main(argv: list[str] | None = None) -> int:
             ]
             jobs = [job for job in jobs if reached(job, lines.get(job["file"], set()))]
         jobs = jobs[: args.limit] if args.limit else jobs
+        if args.sample and args.sample < len(jobs):
+            drawn = sorted(random.Random(args.sample_seed).sample(range(len(jobs)), args.sample))
+            print(f"a sample of {args.sample} of the {len(jobs)} mutants reached (seed {args.sample_seed})")
+            jobs = [jobs[k] for k in drawn]
         shown = ", ".join(files)
         print(f"{len(jobs)} mutants of {shown} ({len(skipped)} not reached), {args.workers} workers")
         shares = [jobs[k :: args.workers] for k in range(args.workers)]
@@ -599,19 +611,32 @@ def main(argv: list[str] | None = None) -> int:
     order = {(j["file"], j["operator"], j["occurrence"]): k for k, j in enumerate(jobs)}
     results.sort(key=lambda r: order[(r["file"], r["operator"], r["occurrence"])])
     baselines = [{k: v for k, v in run.items() if k not in ("report", "lines")} for run in runs]
-    report(results, skipped, baselines, strict=args.strict)
+    report(results, skipped, baselines, strict=args.strict, sampled=bool(args.sample))
     if args.json:
         document = {
             "format": FORMAT, "engine": engine, "release": version, "files": files,
             "functions": args.function, "baseline_seeds": args.baseline_seeds, "baselines": baselines,
             "deadline": args.deadline, "timeout": args.timeout, "limit": args.limit,
+            "sample": args.sample, "sample_seed": args.sample_seed,
             "mutants": results + skipped,
         }  # fmt: skip
         Path(args.json).write_text(json.dumps(document, indent=2) + "\n")
     return 0
 
 
-def report(results: list[dict], skipped: list[dict], baselines: list[dict], *, strict: bool) -> None:
+def wilson(killed: int, counted: int) -> tuple[float, float]:
+    """The 95 % Wilson interval of a sampled kill rate (sound near 0 % and 100 %)."""
+    if not counted:
+        return 0.0, 1.0
+    z, p = 1.96, killed / counted
+    centre = (p + z * z / (2 * counted)) / (1 + z * z / counted)
+    half = z * math.sqrt(p * (1 - p) / counted + z * z / (4 * counted * counted)) / (1 + z * z / counted)
+    return max(0.0, centre - half), min(1.0, centre + half)
+
+
+def report(
+    results: list[dict], skipped: list[dict], baselines: list[dict], *, strict: bool, sampled: bool = False
+) -> None:
     """Kill rates per file and function (plain and --strict), then the survivors with their diffs."""
     for run in baselines:
         depth = sorted(set(run["examples"].values()) - {None})
@@ -631,6 +656,10 @@ def report(results: list[dict], skipped: list[dict], baselines: list[dict], *, s
                 print(_line(f"  {name}", mutants))
         print(_line("  (file)", [m for (owner, _), ms in groups.items() if owner == file for m in ms]))
     print(_line("all", [*results, *skipped]))
+    if sampled:
+        for key, label in (("outcome", "plain"), ("strict", "--strict")):
+            low, high = wilson(*score(results, key))
+            print(f"95% interval of the {label} score over every mutant reached: {low:.1%} to {high:.1%}")
     errors = [r for r in results if r["outcome"].startswith("error")]
     if errors:
         print(f"\n{len(errors)} mutant(s) whose run ended in an error (not counted):")

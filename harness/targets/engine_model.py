@@ -447,17 +447,19 @@ class EngineModel:
         dtype = getattr(torch, case.dtype)
         embeds = torch.zeros(input_ids.shape[0], case.hidden, dtype=dtype, device=case.device)
         union = torch.zeros(input_ids.shape[0], dtype=torch.bool, device=case.device)
+        shape = union.shape
         for modality in modalities:
             one = _ModalityEncoder(encoder, modality)
             rows, mask = self._embedding_and_mask(self._of_modality(case, modality), one, cache=cache)
             if rows is None or mask is None:
                 continue
+            shape = mask.shape
             mask = mask.reshape(-1)
             embeds[mask] = rows.reshape(-1, rows.shape[-1]).to(embeds.dtype)
             union |= mask
         if not union.any():
             return None, None
-        return embeds[union], union
+        return embeds[union], union.reshape(shape)  # the mask in the shape each call gave it
 
     def _of_modality(self, case: Case, modality: str) -> Case:
         """The batch as one modality's call sees it: every request, with only that modality's items."""
@@ -491,6 +493,8 @@ class EngineModel:
         if self.bug == "mask_first_placeholder_only":
             return input_ids == placeholders[0]
         hits = (input_ids.unsqueeze(-1) == placeholders).any(dim=-1)
+        if self.bug == "mask_row_shaped":
+            return hits.unsqueeze(0)
         return ~hits if self.bug == "mask_marks_text" else hits
 
     # R4 -----------------------------------------------------------------------

@@ -133,6 +133,11 @@ _MUTANTS = (
     Mutant("mask_marks_text", "R3e", "the mask marks the text tokens instead of the placeholders"),
     Mutant("embed_mask_skips_precomputed", "R3e", "precomputed rows are never tried (encoder only)"),
     Mutant(
+        "mask_row_shaped",
+        "R3e",
+        "each modality's mask is [1, N], not [N, 1]: its caller flattens it, a model calling it cannot scatter",
+    ),
+    Mutant(
         "modality_of_first_item",
         "R3e",
         "the per-modality split reads a request's first item's modality for all its items",

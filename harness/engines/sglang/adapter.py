@@ -601,12 +601,14 @@ class SGLangTarget:
         masks: list[Any] = []
         with self._installed(cache, "batched"), self._masks_recorded(masks):
             result = self._call("embed_mm_inputs", values)
-        masks = [m.reshape(-1) for m in masks if m is not None]
+        masks = [m for m in masks if m is not None]
         if not masks:
             return None, None
-        union = torch.stack(masks).any(dim=0)
+        union = torch.stack([m.reshape(-1) for m in masks]).any(dim=0)
         embeds = result[0] if isinstance(result, tuple) else result
-        return embeds[union], union.unsqueeze(-1)
+        # The union in the shape get_embedding_and_mask gave: a model calling it directly gets that
+        # shape, even where embed_mm_inputs flattens it away.
+        return embeds[union], union.reshape(masks[0].shape)
 
     @contextmanager
     def _masks_recorded(self, masks: list[Any]) -> Iterator[None]:
