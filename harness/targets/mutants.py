@@ -135,7 +135,7 @@ _MUTANTS = (
     Mutant(
         "mask_row_shaped",
         "R3e",
-        "each modality's mask is [1, N], not [N, 1]: its caller flattens it, a model calling it cannot scatter",
+        "each modality's mask is [1, N], not [N, 1]: its caller flattens it, a model calling it cannot",
     ),
     Mutant(
         "modality_of_first_item",
