@@ -231,13 +231,17 @@ def run_check(
     database: Any = None,
     on_example: Callable[[int], None] | None = None,
     deadline: float | None = None,
+    stop_at: Collection[str] = (),
 ) -> Result:
     """Run one check until its example budget is spent, keeping every distinct failure (shrunk).
 
     ``database`` (an ``ExampleDatabase``) keeps failing examples between runs; the
     check, target and device key them (``mmharness.database``). ``on_example`` is
     told how many examples have run so far (a progress display). ``deadline``:
-    seconds each case may run (default: ``deadline_for`` the profile; 0: no limit).
+    seconds each case may run (default: ``deadline_for`` the profile; 0: no limit). ``stop_at``:
+    finding kinds (``DIVERGENCE``, ``HAZARD``) that end the search at once, unshrunk: for asking
+    only *whether* a target fails (the self-tests), where shrinking and the rest of the budget,
+    spent on a report nobody reads, cost most of the time.
     """
     seconds = deadline_for(profile, device, deadline)
     unrunnable = not_run(check, target, device)
@@ -252,11 +256,11 @@ def run_check(
         database = KeyedDatabase(database, check.id, target.name, device)
     else:
         database = None  # a fixed seed means the same run every time: no history replayed
-    search = _Search(check, target, device, budget, database, on_example, seconds)
+    search = _Search(check, target, device, budget, database, on_example, seconds, shrink=not stop_at)
     round_seed = check_seed(check, seed) if fixed else None
     try:
         while search.spent < budget and len(search.findings) < MAX_FINDINGS:
-            if not search.round(round_seed):
+            if not search.round(round_seed) or any(f.kind in stop_at for f in search.findings.values()):
                 break
             round_seed = check_seed(check, round_seed) if fixed else None
     except KeyboardInterrupt as stop:
@@ -305,6 +309,7 @@ class _Search:
     database: Any = None
     on_example: Callable[[int], None] | None = None
     deadline: float | None = None
+    shrink: bool = True
     spent: int = 0
     cases: int = 0
     findings: dict[str, Finding] = field(default_factory=dict)
@@ -356,7 +361,7 @@ class _Search:
             verbosity=Verbosity.quiet,
             suppress_health_check=[HealthCheck.too_slow],
             # No explain phase: it replays each shrunk example many times for a comment nobody reads here.
-            phases=[p for p in Phase if p is not Phase.explain],
+            phases=[p for p in Phase if p is not Phase.explain and (self.shrink or p is not Phase.shrink)],
         )
         @given(self.check.examples(self.device))
         def prop(example: Example) -> None:

@@ -130,16 +130,40 @@ sys.exit(supervised("mmharness-test-", work))
 """
 
 
-@pytest.mark.parametrize(("signum", "code"), [(signal.SIGTERM, 143), (signal.SIGINT, 130)])
-def test_a_signal_to_the_parent_ends_the_child_and_answers_its_exit_code(tmp_path, signum, code):
+def sleeper(tmp_path: Path, *, sigint: signal.Handlers) -> tuple[Path, subprocess.Popen]:
+    """SLEEPER started with SIGINT as given (a shell's background job starts with it ignored, so
+    the tests set it whichever way pytest itself was started); once its child is working."""
     tmp, env = private_tmp(tmp_path)
     script = tmp_path / "sleeper.py"
     script.write_text(textwrap.dedent(SLEEPER))
-    process = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True, env=env)
+    process = subprocess.Popen(
+        [sys.executable, str(script)],
+        stdout=subprocess.PIPE,
+        text=True,
+        env=env,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, sigint),
+    )
     assert process.stdout.readline() == "started\n"
     assert [p.name[:15] for p in tmp.iterdir()] == ["mmharness-test-"]
+    return tmp, process
+
+
+@pytest.mark.parametrize(("signum", "code"), [(signal.SIGTERM, 143), (signal.SIGINT, 130)])
+def test_a_signal_to_the_parent_ends_the_child_and_answers_its_exit_code(tmp_path, signum, code):
+    tmp, process = sleeper(tmp_path, sigint=signal.SIG_DFL)
     process.send_signal(signum)
     assert process.wait(timeout=60) == code
+    assert list(tmp.iterdir()) == []
+
+
+def test_a_signal_ignored_from_the_start_stays_ignored(tmp_path):
+    """Forwarded to a child that ignores it too, SIGINT would leave the parent waiting for ever."""
+    tmp, process = sleeper(tmp_path, sigint=signal.SIG_IGN)
+    process.send_signal(signal.SIGINT)
+    with pytest.raises(subprocess.TimeoutExpired):
+        process.wait(timeout=1)
+    process.send_signal(signal.SIGTERM)
+    assert process.wait(timeout=60) == 143
     assert list(tmp.iterdir()) == []
 
 

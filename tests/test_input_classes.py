@@ -22,7 +22,6 @@ from mmharness.engines.sglang.adapter import SGLangTarget, from_release
 from mmharness.engines.sglang.forms import Found
 from mmharness.model import Case, CaseError, Item, Request, listed_windows, validate
 from mmharness.runner import PASSED, run_check
-from mmharness.selftest import kill
 from mmharness.targets import base
 from mmharness.targets.base import Encoder, HarnessGap
 from mmharness.targets.engine_model import EngineModel
@@ -111,8 +110,8 @@ def test_convention_classes_of_hand_made_cases():
     ],
 )
 def test_each_class_has_a_seeded_bug_only_it_exposes(mutant, check_id):
-    result = kill(mutant)
-    assert check_id in result.killed_by and result.examples <= 50, result
+    result = run_check(CHECKS[check_id], resolve(f"mutant:{mutant}"), stop_at=(DIVERGENCE,))
+    assert result.status == DIVERGENCE and result.first_failure_at <= 50, result
     if mutant == "short_extend_list_indexed":  # the ordinary strategies never shorten the lists
         others = [c for c in CHECKS.values() if c.id != check_id and c.rule == "R3"]
         assert all(run_check(c, resolve(f"mutant:{mutant}")).status == PASSED for c in others)
@@ -205,7 +204,7 @@ def test_a_per_request_path_wrong_off_hip_only_is_found(sglang_release, seeded_c
         _BY_ITEM_CALL.format(prefix="extend_prefix_len"),
         _BY_ITEM_CALL.format(prefix="extend_prefix_len + (not _is_hip)"),
     )
-    result = run_check(CHECKS["prefill.path_independent"], target)
+    result = run_check(CHECKS["prefill.path_independent"], target, stop_at=(DIVERGENCE,))
     assert result.status == DIVERGENCE
     assert "per-request-npu path" in result.findings[0].failure.message, result.findings[0].failure.message
     target.paths = target.paths[:2]  # what the harness exercised before: the first flag only
@@ -224,7 +223,7 @@ def test_offsets_of_another_modality_in_a_modality_call_are_found(sglang_release
         "flatten_nested_list([item.offsets for item in mm_items])",
         "flatten_nested_list([item.offsets for item in mm_inputs.mm_items])",
     )
-    result = run_check(CHECKS["embed_mask.matches_reference"], target)
+    result = run_check(CHECKS["embed_mask.matches_reference"], target, stop_at=(DIVERGENCE,))
     assert result.status == DIVERGENCE, result.reason
     case = result.findings[0].example[0]
     assert "a request mixing modalities" in boundaries.classes(case)
@@ -243,7 +242,7 @@ def test_an_unguarded_extend_length_is_found_only_with_short_lists(sglang_releas
         "extend_seq_len = extend_length[i] if i < len(extend_length) else 0",
         "extend_seq_len = extend_length[i]",
     )
-    assert run_check(CHECKS["prefill.short_lists"], target).status == DIVERGENCE
+    assert run_check(CHECKS["prefill.short_lists"], target, stop_at=(DIVERGENCE,)).status == DIVERGENCE
     assert run_check(CHECKS["prefill.matches_reference"], target).status in (PASSED, HAZARD)
 
 

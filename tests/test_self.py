@@ -77,7 +77,7 @@ def test_unmutated_engine_model_agrees_with_the_reference(check_id):
 def test_mutant_is_killed(name, record_property):
     if MUTANTS[name].needs_cuda and not cuda_available():
         pytest.skip("needs a CUDA device (tests/test_cuda.py kills it there)")
-    result = kill(name)
+    result = kill(name, first=True)
     assert result.killed_by, f"mutant {name} survived every check"
     record_property("examples_to_kill", result.examples)
     record_property("killed_by", ",".join(result.killed_by))

@@ -359,8 +359,9 @@ def supervised(prefix: str, work: Callable[[Path], int | None]) -> int:
     files of libFuzzer or of a loaded engine go with it. SIGINT, SIGTERM and SIGHUP
     sent to the parent are passed on to the child, and once it has ended the answer
     is 130, 143 or 129 (``mmharness.interrupts.EXIT``); a second signal kills the
-    child. A child killed by signal N answers ``128 + N``. Where there is no
-    ``fork``, ``work`` runs in this process (and a libFuzzer exit skips the cleanup).
+    child. A signal the process was started ignoring stays ignored, in both. A
+    child killed by signal N answers ``128 + N``. Where there is no ``fork``,
+    ``work`` runs in this process (and a libFuzzer exit skips the cleanup).
     """
     from mmharness.interrupts import EXIT
 
@@ -383,7 +384,9 @@ def supervised(prefix: str, work: Callable[[Path], int | None]) -> int:
                 os.kill(child, signum if len(received) == 1 else signal.SIGKILL)
 
     in_main_thread = threading.current_thread() is threading.main_thread()
-    previous = {signum: signal.signal(signum, forward) for signum in FORWARDED} if in_main_thread else {}
+    # A signal ignored when the run began (SIGINT in a shell's background job) stays ignored.
+    forwarded = [s for s in FORWARDED if signal.getsignal(s) is not signal.SIG_IGN] if in_main_thread else []
+    previous = {signum: signal.signal(signum, forward) for signum in forwarded}
     scratch = Path(tempfile.mkdtemp(prefix=prefix))
     status = 0
     try:
