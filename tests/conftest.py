@@ -1,4 +1,5 @@
-"""Fixtures shared by the tests that download SGLang releases; the `fuzz` marker's skip without atheris."""
+"""Fixtures shared by the tests that download SGLang releases; the `fuzz` marker's skip without atheris;
+the Hypothesis profile of the project's own property tests."""
 
 from __future__ import annotations
 
@@ -7,6 +8,12 @@ import os
 from pathlib import Path
 
 import pytest
+from hypothesis import settings
+
+# No per-example time limit in the project's own @given tests: a loaded shared machine makes a 200 ms
+# deadline flaky, and speed is measured by benchmarks, not asserted by tests.
+settings.register_profile("mmharness-tests", deadline=None)
+settings.load_profile("mmharness-tests")
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

@@ -324,6 +324,14 @@ SEEDED = [
         DIVERGENCE,
     ),
     (
+        "Qwen2-VL field config: image_embeds sized by patches times the merge, not divided by it twice",
+        "model_executor/models/qwen2_vl.py",
+        "image_pixel_grid_sizes // spatial_merge_size // spatial_merge_size",
+        "image_pixel_grid_sizes // spatial_merge_size * spatial_merge_size",
+        "grid.split_matches_reference",
+        DIVERGENCE,
+    ),
+    (
         "cache manager: a cached entry is never hit",
         "v1/core/encoder_cache_manager.py",
         "        if mm_hash not in self.cached:\n            return False",

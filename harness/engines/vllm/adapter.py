@@ -58,6 +58,10 @@ FieldConfig = Callable[[dict[str, Any]], Any]
 """``hf_inputs -> {key: MultiModalFieldConfig}``: how a model's processor output splits into items."""
 
 
+MERGE = 2
+"""The spatial merge size precomputed embeddings are split with (Qwen2-VL's, and most models')."""
+
+
 def field_configs(engine: loader.Engine) -> dict[str, FieldConfig]:
     """Grid key -> the field config of a model reading it (R5's split), where the release has it.
 
@@ -149,6 +153,7 @@ class VLLMTarget:
             path for path, runner in (("v1", modules.runner_v1), ("v2", modules.runner_v2)) if runner
         )
         self.field_configs = field_configs(engine)
+        self.merged_config = merged_config(engine)
         self._kwargs_items = getattr(engine.module(layout.INPUTS), "MultiModalKwargsItems", None)
         splits = bool(self.field_configs) and hasattr(self._kwargs_items, "from_hf_inputs")
         options = {WHOLE_ITEMS} | ({DRAFT_LOOKAHEAD} if modules.runner_v1 is not None else set())
@@ -284,18 +289,25 @@ class VLLMTarget:
         spans (one range per video). R5 does not depend on the grid's key: a
         release without a model reading the item's key splits it with the
         model it has. Videos and precomputed embeddings (``image_embeds``,
-        ``video_embeds``) go through Qwen2-VL's config, made with merge size 1.
+        ``video_embeds``) go through Qwen2-VL's config: pixels made with merge size 1, embeddings
+        with ``MERGE`` (a bug in the merge arithmetic shows only there).
         """
         original = item.item
         key, data_key, config = self._split_fields(original)
         carried = item.embedding if original.precomputed else item.features
-        hf_inputs = {key: item_data.grid(original), data_key: carried}
+        # Embeddings are split as a model merging MERGE x MERGE patches splits them: R5's rows per grid
+        # row are the merged grid's t*h*w, so the grid handed over has h and w MERGE times larger.
+        merged = original.precomputed and self.merged_config is not None
+        scale = _merged(merged)
+        hf_inputs = {key: item_data.grid(original) * scale, data_key: carried}
+        if merged:
+            config = self.merged_config
         with self.watched():
             by_modality = self._kwargs_items.from_hf_inputs(hf_inputs, config(hf_inputs))
             parts = [part for modality in by_modality for part in by_modality[modality]]
         groups = _part_spans(original, len(parts))
         return [
-            self._feature_item(original, key, data_key, group, part)
+            self._feature_item(original, key, data_key, group, part, scale)
             for group, part in zip(groups, parts, strict=True)
         ]
 
@@ -309,7 +321,7 @@ class VLLMTarget:
         if item.grid_form != "rows" or not reference.split_from_processors(item):
             return "vLLM derives an item's placeholders and rows from its rank-2 grid: no such layout occurs"
         if item.precomputed and reference.split_rule(item).kind == reference.OUTSIDE:
-            return "vLLM checks image_embeds against the grid (merge size 1 here): these rows never occur"
+            return "vLLM checks image_embeds against the (merged) grid: these rows never occur"
         try:
             self._split_fields(item)
         except HarnessGap as gap:
@@ -323,7 +335,7 @@ class VLLMTarget:
             key = item.grid_key if item.grid_key in self.field_configs else next(iter(self.field_configs))
             return key, "pixel_values", self.field_configs[key]
         qwen = self.field_configs.get("image_grid_thw")
-        if qwen is None or (item.precomputed and not _merge_one(self.engine)):
+        if qwen is None or (item.precomputed and self.merged_config is None):
             what = "videos" if video else "precomputed embeddings"
             raise HarnessGap(f"no Qwen2-VL field factory to split {what}", what="Qwen2-VL field factory")
         if video:
@@ -331,10 +343,12 @@ class VLLMTarget:
         return "image_grid_thw", "image_embeds", qwen
 
     @staticmethod
-    def _feature_item(original: Item, key: str, data_key: str, spans: tuple, part: Any) -> FeatureItem:
+    def _feature_item(
+        original: Item, key: str, data_key: str, spans: tuple, part: Any, scale: Any
+    ) -> FeatureItem:
         row = part[key].data
         value = part[data_key].data
-        grid = (tuple(int(n) for n in row.reshape(-1).tolist()),)
+        grid = (tuple(int(n) for n in (row.reshape(-1) // scale).tolist()),)
         return FeatureItem(
             replace(original, spans=spans, grid=grid, grid_form="rows", feature_rows=None),
             None if original.precomputed else value,
@@ -351,9 +365,17 @@ def _part_spans(item: Item, parts: int) -> list[tuple]:
     return [(item.spans[k],) if k < len(item.spans) else () for k in range(parts)]
 
 
-def _merge_one(engine: loader.Engine) -> bool:
-    """Whether the release's Qwen2-VL config takes a merge size (the harness makes it with 1)."""
-    return callable(getattr(engine.module(layout.QWEN2_VL), "_create_qwen2vl_field_factory", None))
+def merged_config(engine: loader.Engine) -> FieldConfig | None:
+    """Qwen2-VL's field config made with merge size ``MERGE``, where its factory takes one."""
+    factory = getattr(engine.module(layout.QWEN2_VL), "_create_qwen2vl_field_factory", None)
+    return factory(MERGE) if callable(factory) else None
+
+
+def _merged(embeddings: bool) -> Any:
+    """What a grid row is multiplied by for the model to see it: [1, MERGE, MERGE] for embeddings."""
+    import torch
+
+    return torch.tensor([1, MERGE, MERGE] if embeddings else [1, 1, 1], dtype=torch.long)
 
 
 def load(source: loader.Source, *, transform: loader.CodeTransform | None = None) -> loader.Engine:
