@@ -19,7 +19,8 @@ import time
 from pathlib import Path
 
 import pytest
-from mmharness import cli
+from mmharness.commands.fuzz import _check_libfuzzer_args
+from mmharness.commands.options import USAGE_ERROR
 from mmharness.fuzz import supervised
 
 ROOT = Path(__file__).parent.parent
@@ -66,12 +67,12 @@ def test_a_negative_or_too_large_libfuzzer_integer_is_a_usage_error(tmp_path, ar
     command = mmharness("fuzz", "case-parser", "--findings", str(tmp_path), "--", arg)
     done = subprocess.run(command, capture_output=True, text=True, timeout=60)
     flag, _, value = arg.partition("=")
-    assert done.returncode == cli.USAGE_ERROR
+    assert done.returncode == USAGE_ERROR
     assert done.stderr == f"mmharness: error: {arg}: {flag} must be in [0, 2147483647], got {value}\n"
 
 
 def test_libfuzzer_integers_in_range_and_other_arguments_pass():
-    cli._check_libfuzzer_args(["-max_total_time=0", "-runs=10", "-seed=2147483647", "-dict=x.dict", "corpus"])
+    _check_libfuzzer_args(["-max_total_time=0", "-runs=10", "-seed=2147483647", "-dict=x.dict", "corpus"])
 
 
 # The supervisor, without atheris -------------------------------------------------------------

@@ -1,0 +1,320 @@
+"""``mmharness check``: run checks against a target (in worker processes with ``-n``), with baselines,
+reports, ``--fail-fast`` and ``--coverage``."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from mmharness.commands.options import (
+    DEADLINE_HELP,
+    EXIT_CODES,
+    NOTHING_RAN,
+    UsageError,
+    check_max_examples,
+    distinct,
+    exit_code,
+    findings_option,
+    loaded_target,
+    nothing_ran,
+    resolve_target,
+    seconds,
+    selected_checks,
+    worker_count,
+    writable,
+)
+
+
+def add_parser(sub) -> None:
+    check = sub.add_parser(
+        "check",
+        help="run checks against a target",
+        epilog=EXIT_CODES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    check.add_argument(
+        "--target",
+        default="reference",
+        help="reference, mutant:NAME, an engine release (ENGINE or ENGINE==X), a path (a tree holding the"
+        " engine's package or one rules file), or module:attr (your adapter); `mmharness targets` lists"
+        " every form; default: reference",
+    )
+    check.add_argument(
+        "--checks",
+        action="append",
+        metavar="IDS",
+        help="comma-separated check ids, families, rules (R1..R6) or id prefixes; repeatable",
+    )
+    check.add_argument("--device", choices=("cpu", "cuda", "all"), default="cpu")
+    check.add_argument(
+        "--profile",
+        choices=("ci", "dev", "deep"),
+        default="ci",
+        help="examples per check: ci 100 from seeds fixed per check (default), dev 300 and deep 3000 random",
+    )
+    check.add_argument("--max-examples", type=int, metavar="N", help="examples per check (1 to 1000000)")
+    check.add_argument(
+        "--seed", type=int, metavar="N", help="other fixed seeds: the same cases every run, not the ci ones"
+    )
+    check.add_argument("--deadline", type=seconds, metavar="S", help=DEADLINE_HELP)
+    check.add_argument("--junit", metavar="FILE", help="write a JUnit XML report")
+    check.add_argument("--json", metavar="FILE", help="write a JSON report")
+    check.add_argument(
+        "--baseline",
+        action="append",
+        metavar="FILE",
+        help="known findings to tolerate, by how they failed (a --write-baseline file or a --json report);"
+        " repeat to combine several (e.g. runs under other seeds)",
+    )
+    check.add_argument("--write-baseline", metavar="FILE", help="write this run's findings as a baseline")
+    check.add_argument("--strict", action="store_true", help="hazards and could-not-test fail the run too")
+    check.add_argument("--fail-fast", action="store_true", help="stop at the first check that fails the run")
+    check.add_argument(
+        "--coverage",
+        action="store_true",
+        help="measure the branch coverage of the target's rule functions (coverage.py, the `coverage` extra):"
+        " a table, the unreached branches with why, and the figures in --json",
+    )
+    check.add_argument(
+        "-n",
+        "--workers",
+        default="1",
+        metavar="N",
+        help="checks run in N processes, or auto: one per core; the same results as one (default 1)",
+    )
+    check.add_argument(
+        "--database",
+        metavar="SPEC",
+        help="where failing examples are kept and replayed first: none, a directory, github:OWNER/REPO,"
+        " redis://HOST (default: none for --profile ci, else a directory in the cache)",
+    )
+    check.add_argument(
+        "--findings",
+        metavar="DIR",
+        help="where shrunk failing cases are saved (default: ./findings or $MMHARNESS_FINDINGS)",
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    from mmharness import baseline, interrupts, reach, report
+    from mmharness.progress import Progress, summary_table
+    from mmharness.runner import cuda_available, run_check
+    from mmharness.workers import ordered
+
+    target = resolve_target(args.target)
+    checks = selected_checks(args.checks)
+    check_max_examples(args.max_examples)
+    workers = worker_count(args.workers)
+    current = baseline.identity(target, args.target)
+    known = _baseline(args.baseline, current)
+    findings, args.findings = findings_option(args.findings)
+    outputs = {"--json": args.json, "--junit": args.junit, "--write-baseline": args.write_baseline}
+    distinct({findings: args.findings, **outputs})
+    writable(findings, args.findings, directory=True)
+    writable("--json", args.json)
+    writable("--junit", args.junit)
+    writable("--write-baseline", args.write_baseline)
+    database = _database(args.database, args.profile)
+    devices = ["cpu", "cuda"] if args.device == "all" else [args.device]
+    if args.device == "cuda" and not cuda_available():
+        raise UsageError("--device cuda: no CUDA device is visible (try --device cpu)")
+    measured = _coverage_files(target) if args.coverage else None
+    color = report.use_color(sys.stdout)
+    _print_header(target, args.target)
+    if args.coverage and not measured:
+        print(f"coverage: {args.target} loads no engine files: nothing to measure\n")
+    results = []
+    interrupted = False
+
+    def keep(result) -> None:
+        for finding in result.findings:
+            if finding.example is not None:
+                finding.saved = report.save(result, finding, args.target, Path(args.findings))
+        results.append(result)
+
+    units = [(check, device) for device in devices for check in checks]
+    options = {
+        "profile": args.profile,
+        "max_examples": args.max_examples,
+        "seed": args.seed,
+        "deadline": args.deadline,
+    }
+    produced = None
+    reached, recorder = None, None
+    if measured:
+        reached = reach.Reached()
+        recorder = reach.Recorder(measured) if workers == 1 else None
+    with interrupts.handled():
+        try:
+            if recorder is not None:
+                recorder.start()
+            with Progress(len(units), "checks") as progress:
+                # Interrupted, ``ordered`` yields what had started (the checks in progress with their
+                # partial results, ``interrupted``), serially or with workers, then raises ``Stop``.
+                if workers == 1:
+                    produced = ordered(
+                        lambda c, d: run_check(
+                            c, target, device=d, database=database, on_example=progress.tick, **options
+                        ),
+                        units,
+                        1,
+                    )
+                else:
+                    work = [(args.target, c.id, d, args.database, options, measured) for c, d in units]
+                    produced = ordered(_check_in_worker, work, min(workers, len(units)))
+                for check, _ in units:
+                    progress.start(check.id)
+                    result = next(produced)
+                    if reached is not None:  # a worker's answer carries the arcs it reached
+                        result, arcs = reach.unwrapped(result)
+                        reached.add(arcs)
+                    keep(result)
+                    if result.interrupted:  # stopped part-way: its findings are in the report below
+                        continue
+                    progress.line(report.result_line(result, color=color))
+                    stopping = interrupts.requested() is not None  # a signal outranks --fail-fast
+                    if args.fail_fast and not stopping and _fails(result, known, args.strict):
+                        raise _FailedFast
+                next(produced, None)  # the end, or the interruption after the last partial result
+        except _FailedFast:
+            print("\n--fail-fast: stopped after the first check that fails the run", flush=True)
+        except KeyboardInterrupt:  # report what ran, and what the checks in progress found
+            interrupted = True
+            print("\ninterrupted: reporting the checks that ran", flush=True)
+        finally:
+            if produced is not None:
+                produced.close()  # stops the workers
+            if recorder is not None:
+                reached.add(recorder.stop())
+    tolerated = 0
+    for result in results:
+        for finding in result.findings:
+            known_one = known is not None and known.tolerates(result, finding)
+            tolerated += known_one
+            note = "  (tolerated: in the baseline)" if known_one else ""
+            print("\n" + report.finding_details(result, finding, args.target) + note)
+    tolerance = f"; {tolerated} finding(s) tolerated by the baseline" if known else ""
+    rows = [
+        (
+            r.check.id,
+            r.device,
+            report.LABELS[r.status],
+            str(len(r.findings)),
+            str(r.examples_run),
+            str(r.cases_run),
+        )
+        for r in results
+    ]
+    print()
+    summary_table(rows, ("check", "device", "verdict", "findings", "examples", "cases"), sys.stdout)
+    print(report.summary(results) + tolerance)
+    deeper = known and baseline.shallower(known, results)
+    if deeper:
+        print(f"note: {deeper}")
+    for entry in known.stale(results) if known else ():
+        print(f"stale baseline entry (did not reproduce): {entry.check} [{entry.device}] {entry.signature}")
+    figures = None
+    if reached is not None:
+        figures = reach.analyse(target, measured, reached)
+        print("\n" + reach.render(figures))
+    if args.json:
+        data = report.as_json(
+            results,
+            args.target,
+            strict=args.strict,
+            identity=current,
+            interrupted=interrupted,
+            coverage=figures,
+        )
+        report.write(args.json, json.dumps(data, indent=2) + "\n")
+    if args.junit:
+        junit = report.as_junit(results, args.target, strict=args.strict, interrupted=interrupted)
+        report.write(args.junit, junit)
+    if args.write_baseline:
+        search = {"profile": args.profile, "seed": args.seed}
+        document = baseline.dump(results, current, search)
+        report.write(args.write_baseline, json.dumps(document, indent=2) + "\n")
+    if interrupted:
+        return interrupts.exit_code()
+    if nothing_ran(results):
+        return NOTHING_RAN
+    return exit_code([f.kind for r in results for f in _untolerated(r, known)], strict=args.strict)
+
+
+class _FailedFast(Exception):
+    """``--fail-fast`` met a check that fails the run."""
+
+
+def _untolerated(result, known) -> list:
+    """The result's findings the baseline (if any) does not know: what counts against the run."""
+    return [f for f in result.findings if known is None or not known.tolerates(result, f)]
+
+
+def _fails(result, known, strict: bool) -> bool:
+    from mmharness.runner import fails_run
+
+    return any(fails_run(f.kind, strict=strict) for f in _untolerated(result, known))
+
+
+def _baseline(paths: list[str] | None, current: dict):
+    if not paths:
+        return None
+    from mmharness import baseline
+
+    try:
+        return baseline.combined([baseline.load(path, current) for path in paths])
+    except baseline.BaselineError as error:
+        raise UsageError(f"--baseline {error}") from None
+
+
+def _check_in_worker(
+    spec: str, check_id: str, device: str, database: str | None, options: dict, measured: list | None = None
+):
+    """One check in a worker process: the target is loaded once per process, the database opened there.
+    ``measured``: the engine files to measure (``--coverage``); the answer then carries the arcs reached."""
+    from mmharness.checks import all_checks
+    from mmharness.runner import run_check
+
+    opened = _database(database, options["profile"])
+    check, target = all_checks()[check_id], loaded_target(spec)
+    if measured:
+        from mmharness import reach
+
+        return reach.measured_call(
+            measured, run_check, check, target, device=device, database=opened, **options
+        )
+    return run_check(check, target, device=device, database=opened, **options)
+
+
+def _coverage_files(target) -> list[str]:
+    """``--coverage``: the target's engine files (none: nothing to measure), once coverage.py is known to
+    be installed: before any check runs."""
+    from mmharness import reach
+
+    try:
+        reach.available()
+    except reach.CoverageMissing as error:
+        raise UsageError(str(error)) from None
+    return reach.engine_files(target)
+
+
+def _database(spec: str | None, profile: str):
+    from mmharness.database import DatabaseError, default_spec, open_database
+
+    try:
+        return open_database(spec or default_spec(profile))
+    except (DatabaseError, OSError) as error:
+        raise UsageError(str(error)) from None
+
+
+def _print_header(target, spec: str) -> None:
+    """The target and what a user should know before reading its verdicts (stubs, missing modules)."""
+    described = target.describe()
+    release = described.get("release")
+    print(f"target: {spec}" + (f" (release {release})" if release and release != spec else ""))
+    notes = target.notes()
+    for note in notes:
+        print(f"  note: {note}")
+    print(flush=True)

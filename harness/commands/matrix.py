@@ -1,0 +1,178 @@
+"""``mmharness matrix``: checks x targets, one table (``--shard I/N``: a CI job's share of the targets);
+``mmharness merge``: the shards' reports joined back into the unsharded matrix's."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from mmharness.commands.options import (
+    DEADLINE_HELP,
+    USAGE_ERROR,
+    UsageError,
+    check_max_examples,
+    command_line,
+    distinct,
+    exit_code,
+    seconds,
+    selected_checks,
+    worker_count,
+    writable,
+)
+
+
+def _shard(value: str) -> tuple[int, int]:
+    """``--shard I/N``, refused while parsing: before any release is downloaded."""
+    from mmharness.shards import parse
+
+    try:
+        return parse(value)
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
+
+
+def add_parser(sub) -> None:
+    matrix = sub.add_parser("matrix", help="run checks over several targets; a check x target table")
+    matrix.add_argument(
+        "--target",
+        action="append",
+        required=True,
+        dest="targets",
+        metavar="SPEC",
+        help="a target spec; repeat, oldest release first",
+    )
+    matrix.add_argument("--checks", action="append", metavar="IDS")
+    matrix.add_argument("--profile", choices=("ci", "dev", "deep"), default="ci")
+    matrix.add_argument("--max-examples", type=int, metavar="N")
+    matrix.add_argument("--json", metavar="FILE", help="write the table as JSON")
+    matrix.add_argument("--strict", action="store_true", help="hazards count as failing")
+    matrix.add_argument(
+        "-n", "--workers", default="1", metavar="N", help="targets run in N processes, or auto: one per core"
+    )
+    matrix.add_argument("--seed", type=int, metavar="N")
+    matrix.add_argument("--deadline", type=seconds, metavar="S", help=DEADLINE_HELP)
+    matrix.add_argument(
+        "--findings", metavar="DIR", help="save every finding's shrunk case under DIR/TARGET/ (default: none)"
+    )
+    matrix.add_argument(
+        "--shard",
+        type=_shard,
+        metavar="I/N",
+        help="run the I-th of N shares of the targets (every N-th, in order); `mmharness merge` joins them",
+    )
+
+    merge = sub.add_parser(
+        "merge", help="join the --json reports of `matrix --shard I/N` into the unsharded matrix's report"
+    )
+    merge.add_argument("shards", nargs="+", metavar="SHARD.json", help="every shard's report, any order")
+    merge.add_argument("--json", metavar="FILE", help="write the merged table as JSON")
+
+
+def run(args: argparse.Namespace) -> int:
+    return _merge(args) if args.command == "merge" else _matrix(args)
+
+
+def _matrix(args: argparse.Namespace) -> int:
+    from mmharness import interrupts, report, shards
+    from mmharness.matrix import run_matrix
+    from mmharness.progress import Progress
+    from mmharness.runner import deadline_for
+
+    checks = selected_checks(args.checks)
+    check_max_examples(args.max_examples)
+    workers = worker_count(args.workers)
+    distinct({"--json": args.json, "--findings": args.findings})
+    writable("--findings", args.findings, directory=True)
+    writable("--json", args.json)
+    deadline = deadline_for(args.profile, "cpu", args.deadline)
+    targets = args.targets
+    if args.shard:
+        index, count = args.shard
+        targets = shards.share(args.targets, index, count)
+        print(f"shard {index}/{count}: {len(targets)} of {len(args.targets)} targets", file=sys.stderr)
+
+    with interrupts.handled(), Progress(len(targets), "targets", stream=sys.stderr) as progress:
+
+        def done(spec: str, cells: int | None) -> None:
+            ran = f"{cells} checks" if cells == len(checks) else f"{cells} of {len(checks)} (interrupted)"
+            progress.line(f"  {spec}: {'could not load' if cells is None else ran}")
+
+        matrix = run_matrix(
+            targets,
+            checks,
+            args.profile,
+            max_examples=args.max_examples,
+            seed=args.seed,
+            workers=workers,
+            progress=done,
+            command=command_line(args.argv),
+            findings=args.findings,
+            deadline=args.deadline,
+        )
+    _show_matrix(matrix, strict=args.strict, deadline=deadline)
+    if args.json:
+        document = matrix.as_json(strict=args.strict)
+        if args.shard:
+            settings = shards.Settings(args.profile, args.seed, args.max_examples, deadline, args.strict)
+            whole = command_line(_unsharded(args.argv))
+            shard = shards.Shard(*args.shard, tuple(args.targets), settings, whole)
+            document = shards.report(matrix, shard)
+        report.write(args.json, json.dumps(document, indent=2) + "\n")
+    if matrix.interrupted:
+        return interrupts.exit_code()
+    return _matrix_exit_code(matrix, strict=args.strict)
+
+
+def _show_matrix(matrix, *, strict: bool, deadline: float | None) -> None:
+    """The table, then how to replay each saved finding (a hung one under the deadline it overran)."""
+    from mmharness import report
+    from mmharness.deadline import SIGNATURE as DID_NOT_FINISH
+    from mmharness.matrix import render
+
+    print(render(matrix, color=report.use_color(sys.stdout), strict=strict))
+    for (check_id, spec), cell in matrix.cells.items():
+        for seen in cell.findings:
+            if seen.saved:
+                hung = seen.signature == DID_NOT_FINISH
+                again = report.replay_command(seen.saved, spec, deadline if hung else None)
+                print(f"{check_id} on {spec}: reproduce with: {again}")
+
+
+def _matrix_exit_code(matrix, *, strict: bool) -> int:
+    """A target that did not load is a usage error (a misspelt release), else as the cells say."""
+    if matrix.target_errors:
+        return USAGE_ERROR
+    return exit_code([cell.status for cell in matrix.cells.values()], strict=strict)
+
+
+def _unsharded(argv: list[str]) -> list[str]:
+    """The whole matrix's command: ``argv`` less its ``--shard I/N`` (or ``--shard=I/N``, or a prefix
+    argparse took for it: one it parsed cannot be ambiguous)."""
+    words: list[str] = []
+    value_next = False
+    for word in argv:
+        name, equals, _ = word.partition("=")
+        if value_next:
+            value_next = False
+        elif len(name) > 2 and "--shard".startswith(name):
+            value_next = not equals
+        else:
+            words.append(word)
+    return words
+
+
+def _merge(args: argparse.Namespace) -> int:
+    from mmharness import report
+    from mmharness.baseline import BaselineError, read_json
+    from mmharness.shards import MergeError, merge
+
+    writable("--json", args.json)
+    try:
+        matrix, settings = merge([(path, read_json(path, "a shard report")) for path in args.shards])
+    except (BaselineError, MergeError) as error:
+        raise UsageError(str(error)) from None
+    _show_matrix(matrix, strict=settings.strict, deadline=settings.deadline)
+    if args.json:
+        report.write(args.json, json.dumps(matrix.as_json(strict=settings.strict), indent=2) + "\n")
+    return _matrix_exit_code(matrix, strict=settings.strict)

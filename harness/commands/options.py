@@ -1,0 +1,157 @@
+"""What the commands share: the exit codes, ``UsageError``, and the checks that refuse a bad option
+in one line before anything runs (no release downloaded, no check started)."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+PASSED_EXIT, DIVERGED, USAGE_ERROR, COULD_NOT_TEST_EXIT, NOTHING_RAN = 0, 1, 2, 3, 4
+EXIT_CODES = """exit codes:
+  0    every check passed (hazards shown; skips are functions the target lacks)
+  1    a divergence (under --strict: also a hazard or a could-not-test)
+  2    usage error: bad option, unreadable file, unloadable target
+  3    the harness could not test part of the target (nothing diverged)
+  4    nothing ran: every check (or replayed case) was skipped
+  130  interrupted by Ctrl-C (SIGINT); the report says so and keeps what was found
+  143  terminated (SIGTERM); likewise"""
+
+
+class UsageError(Exception):
+    """Bad input from the user: printed as one line, exit code 2."""
+
+
+DEADLINE_HELP = (
+    "seconds one case may run: one still running then is a divergence of its own (did not finish in S s),"
+    " saved and replayable; 0: no limit (default 10, at least 60 on CUDA, or $MMHARNESS_DEADLINE)"
+)
+MAX_EXAMPLES = 1_000_000
+INT_MAX = 2**31 - 1
+"""The largest value of a libFuzzer integer flag (``-max_total_time`` for ``bench --fuzz-seconds``)."""
+
+
+def seconds(value: str) -> float:
+    """``--deadline``: a number of seconds, 0 or more."""
+    import math
+
+    try:
+        number = float(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number of seconds: {value!r}") from None
+    if not math.isfinite(number) or number < 0:
+        raise argparse.ArgumentTypeError(f"must be 0 (no limit) or more seconds, got {value}")
+    return number
+
+
+def check_max_examples(value: int | None) -> None:
+    if value is not None and not 1 <= value <= MAX_EXAMPLES:
+        raise UsageError(f"--max-examples must be in [1, {MAX_EXAMPLES}], got {value}")
+
+
+def worker_count(value: str) -> int:
+    """``-n N|auto`` as a number of processes."""
+    from mmharness.workers import count
+
+    try:
+        return count(value)
+    except ValueError as error:
+        raise UsageError(str(error)) from None
+
+
+def writable(option: str, path: str | None, *, directory: bool = False) -> None:
+    """Refuse an output path before any check runs, not after all of them (see ``report.writable``)."""
+    from mmharness.report import writable
+
+    if path is not None:
+        problem = writable(path, directory=directory)
+        if problem:
+            raise UsageError(f"{option} {path}: {problem}")
+
+
+def distinct(outputs: dict[str, str | None]) -> None:
+    """Refuse one path given to two outputs (option -> path): one would overwrite the other."""
+    seen: dict[str, str] = {}
+    for option, path in outputs.items():
+        if path is None:
+            continue
+        where = os.path.realpath(os.path.expanduser(path))
+        if where in seen:
+            raise UsageError(f"{seen[where]} and {option} name the same file {path}: give each its own")
+        seen[where] = option
+
+
+def findings_option(given: str | None) -> tuple[str, str]:
+    """Where findings go and who said so, for messages: ``--findings`` when given (``given``), else
+    ``$MMHARNESS_FINDINGS`` when set, else the default ``./findings`` (named as ``--findings``)."""
+    if given:
+        return "--findings", given
+    from_environment = os.environ.get("MMHARNESS_FINDINGS")
+    return ("$MMHARNESS_FINDINGS", from_environment) if from_environment else ("--findings", "findings")
+
+
+def resolve_target(spec: str):
+    """A ``--target`` spec as a loaded target; one that does not load is a usage error."""
+    from mmharness.targets.base import TargetError
+    from mmharness.targets.specs import resolve
+
+    try:
+        return resolve(spec)
+    except TargetError as error:
+        raise UsageError(str(error)) from None
+
+
+_LOADED: dict = {}
+"""Targets loaded in this (worker) process, by spec."""
+
+
+def loaded_target(spec: str):
+    """``resolve_target``, once per spec in a process (each worker loads a target once)."""
+    if spec not in _LOADED:
+        _LOADED[spec] = resolve_target(spec)
+    return _LOADED[spec]
+
+
+def selected_checks(groups: list[str] | None):
+    """``--checks``: the checks the groups select."""
+    from mmharness.checks import SelectionError, selected
+
+    try:
+        return selected(groups, "--checks")
+    except SelectionError as error:
+        raise UsageError(str(error)) from None
+
+
+def command_line(argv: list[str]) -> str:
+    """The command as run, one ``--target`` per line when there are many."""
+    import shlex
+
+    words = ["mmharness", *argv]
+    lines, line = [], []
+    for word in words:
+        if word == "--target" and line and len(words) > 12:
+            lines.append(shlex.join(line))
+            line = []
+        line.append(word)
+    lines.append(shlex.join(line))
+    return " \\\n    ".join(lines)
+
+
+def exit_code(kinds: list[str], *, strict: bool) -> int:
+    """From the kinds of the findings (or the statuses of the results) that count against a run."""
+    from mmharness.checks.outcome import COULD_NOT_TEST
+    from mmharness.runner import fails_run
+
+    if any(fails_run(kind, strict=strict) for kind in kinds):
+        return DIVERGED
+    return COULD_NOT_TEST_EXIT if COULD_NOT_TEST in kinds else PASSED_EXIT
+
+
+def nothing_ran(results) -> bool:
+    """Every check (or replayed case) skipped: not a success, whatever the reason."""
+    from mmharness.runner import SKIPPED
+
+    if results and all(r.status == SKIPPED for r in results):
+        print("nothing ran: every check was skipped (see the reasons above)", file=sys.stderr)
+        return True
+    return False

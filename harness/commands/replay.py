@@ -1,0 +1,82 @@
+"""``mmharness replay``: re-run saved cases (``findings/*.json``) against the target they name, or another."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import TYPE_CHECKING
+
+from mmharness.commands.options import (
+    DEADLINE_HELP,
+    NOTHING_RAN,
+    UsageError,
+    exit_code,
+    loaded_target,
+    nothing_ran,
+    seconds,
+    worker_count,
+)
+
+if TYPE_CHECKING:
+    from mmharness.model import Case
+
+
+def add_parser(sub) -> None:
+    replay = sub.add_parser("replay", help="re-run saved cases")
+    replay.add_argument("cases", nargs="+", metavar="CASE.json")
+    replay.add_argument("--target", help="target spec (default: the one the case was saved from)")
+    replay.add_argument("-n", "--workers", default="1", metavar="N", help="replay in N processes, or auto")
+    replay.add_argument("--deadline", type=seconds, metavar="S", help=DEADLINE_HELP)
+
+
+def run(args: argparse.Namespace) -> int:
+    from mmharness import report
+    from mmharness.checks import all_checks
+    from mmharness.progress import Progress
+    from mmharness.workers import ordered
+
+    checks = all_checks()
+    workers = worker_count(args.workers)
+    work = [_saved_case(path, args.target, checks) for path in args.cases]  # every file read first
+    results = []
+    with Progress(len(work), "cases") as progress:
+        replayed = ordered(_replay_in_worker, [(*w, args.deadline) for w in work], min(workers, len(work)))
+        for path, (spec, _, _, _) in zip(args.cases, work, strict=True):
+            result = next(replayed)
+            for finding in result.findings:
+                finding.saved = path
+            line = report.result_line(result, color=report.use_color(sys.stdout)) + f"  [{path}]"
+            progress.line(line + ("\n" + report.failure_details(result, spec) if result.findings else ""))
+            results.append(result)
+    if nothing_ran(results):
+        return NOTHING_RAN
+    return exit_code([result.status for result in results], strict=False)
+
+
+def _saved_case(path: str, target: str | None, checks: dict) -> tuple[str, str, Case, dict]:
+    """A saved case file as ``(target spec, check id, case, params)``; a usage error says what is wrong."""
+    from mmharness import payload
+    from mmharness.checks.common import params_problem
+
+    try:
+        document = payload.load_document(path)
+    except (OSError, payload.PayloadError) as error:
+        raise UsageError(f"{path}: {error}") from None
+    check_id = document.provenance.get("check")
+    if check_id not in checks:
+        named = f"names no known check ({check_id!r})"
+        if check_id is None:
+            named = 'names no check (it has no "check" key)'
+
+        raise UsageError(f"{path}: {named}; `mmharness checks` lists them")
+    problem = params_problem(checks[check_id], document.case, document.params)
+    if problem:
+        raise UsageError(f"{path}: {problem}")
+    return target or document.provenance.get("target", "reference"), check_id, document.case, document.params
+
+
+def _replay_in_worker(spec: str, check_id: str, case: Case, params: dict, deadline: float | None = None):
+    from mmharness.checks import all_checks
+    from mmharness.runner import replay
+
+    return replay(all_checks()[check_id], loaded_target(spec), (case, params), deadline=deadline)
