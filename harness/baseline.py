@@ -23,9 +23,13 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from mmharness.jsonfile import JSONFileError, read_json
 from mmharness.runner import Finding, Result
+
+if TYPE_CHECKING:
+    from mmharness.targets.base import Target
 
 FORMAT = "mmharness.baseline/1"
 
@@ -43,9 +47,9 @@ class Entry:
     case_hash: str | None = None
 
 
-def identity(target: object, spec: str) -> dict[str, str | None]:
+def identity(target: Target, spec: str) -> dict[str, str | None]:
     """What makes two spellings of a target the same: its release, or the files it loaded."""
-    described = target.describe() if hasattr(target, "describe") else {}
+    described = target.describe()
     release = described.get("release")
     files = described.get("files") or []
     return {

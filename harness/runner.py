@@ -482,7 +482,7 @@ class _Search:
 def not_run(check: Check, target: Target, device: str) -> Result | None:
     """The result of a check the target cannot run: *could not test* where a file holding what it
     needs did not load (``Target.unloaded``: a broken file is no missing feature), else a skip."""
-    broken = getattr(target, "unloaded", {})
+    broken = target.unloaded
     unloaded = sorted(check.needs & broken.keys())
     if unloaded:
         gap = HarnessGap("; ".join(f"{name}: {broken[name]}" for name in unloaded), what=broken[unloaded[0]])
@@ -497,7 +497,7 @@ def skip_reason(check: Check, target: Target, device: str) -> str | None:
     """Why the check cannot run here (a missing capability, no CUDA), or ``None``."""
     missing = sorted(check.needs - target.capabilities)
     if missing:
-        why = getattr(target, "missing", {})
+        why = target.missing
         reasons = [f"{name}: {why[name]}" if name in why else name for name in missing]
         return f"{target.name} lacks {'; '.join(reasons)}"
     if (check.needs_cuda or device == "cuda") and not cuda_available():

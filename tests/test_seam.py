@@ -3,6 +3,10 @@
 Docstrings and comments may use an engine as an example; identifiers and string
 literals may not, except the list of shipped engine packages the spec registry
 imports. A second engine is then an added package, not an edit everywhere.
+No engine package names another either: what engines share (the stand-in of
+an engine class, the base of a loaded target and its load tail) lives in
+``mmharness.targets``, where every engine takes it from, and no engine
+package defines its own copy.
 """
 
 from __future__ import annotations
@@ -13,6 +17,7 @@ import tokenize
 from pathlib import Path
 
 import pytest
+from mmharness.targets import loaded, standin
 from mmharness.targets.specs import ENGINES
 
 ROOT = Path(__file__).parent.parent
@@ -81,3 +86,44 @@ def test_no_engine_package_names_another(engine):
         if other in text.lower()
     ]
     assert named == []
+
+
+SHARED = (standin, loaded)
+"""The generic modules holding what engines share."""
+
+
+def _shared_names() -> set[str]:
+    """The public classes and functions of ``SHARED``, and the load tail of an adapter (``Factory``'s)."""
+    names = {
+        name
+        for module in SHARED
+        for name, value in vars(module).items()
+        if not name.startswith("_") and getattr(value, "__module__", None) == module.__name__
+    }
+    tail = {name for name, value in vars(loaded.Factory).items() if callable(value) and name[0] != "_"}
+    return names | tail
+
+
+def test_the_shared_names_are_what_engines_would_copy():
+    assert {"StandIn", "parameters", "LoadedTarget", "Factory"} <= _shared_names()
+    assert {"load", "from_path", "fetch", "from_release", "installed"} <= _shared_names()
+
+
+@pytest.mark.parametrize("engine", ENGINE_NAMES)
+def test_an_engine_takes_what_engines_share_from_the_generic_modules(engine):
+    """A top-level class or function of an engine package named as a shared one (private or not) is a
+    copy, unless it is a class deriving from the shared one (a ``StandIn`` naming its engine in messages);
+    the load tail is ``Factory``'s methods, bound to names."""
+    shared = _shared_names()
+    copies = [
+        f"{path.relative_to(ROOT)}:{node.lineno}: {node.name}"
+        for path in sorted((ROOT / "harness" / "engines" / engine).rglob("*.py"))
+        for node in ast.parse(path.read_text()).body
+        if isinstance(node, (ast.ClassDef, ast.FunctionDef))
+        and node.name.lstrip("_") in shared
+        and not (
+            isinstance(node, ast.ClassDef)
+            and any(ast.unparse(b).rsplit(".", 1)[-1] == node.name.lstrip("_") for b in node.bases)
+        )
+    ]
+    assert copies == []

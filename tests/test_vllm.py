@@ -26,6 +26,7 @@ from mmharness.targets.base import (
     SPLIT,
     WHOLE_ITEMS,
     HarnessGap,
+    Target,
     paths_of,
 )
 
@@ -189,7 +190,7 @@ def test_steps_past_the_cap_are_no_progress():
 
 
 def test_paths_default_first():
-    class Plain:
+    class Plain(Target):
         capabilities = frozenset({PREFILL})
 
     class Named(Plain):

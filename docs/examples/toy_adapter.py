@@ -25,7 +25,9 @@ def toy_chunk(embedding, start, length, spans):
     return flat[inside], before, before + len(inside)
 
 
-class ToyTarget:
+class ToyTarget(Target):
+    """Subclassing ``Target`` gives the defaults of what it does not declare: paths, notes(), unloaded."""
+
     name = "toy"
     capabilities = frozenset({CHUNK})
     missing: ClassVar[dict[str, str]] = {"precomputed": "the toy engine has no precomputed embeddings"}

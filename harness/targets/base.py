@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
 
 from mmharness import tensors
@@ -87,18 +88,25 @@ def gap_in(error: BaseException | None) -> HarnessGap | None:
     return None
 
 
-def paths_of(target: object) -> tuple[str, ...]:
-    """The paths a target can take to one answer, its default first.
+REQUIRED = ("name", "capabilities", "describe")
+"""What every target has itself; the rest of ``Target`` has defaults."""
 
-    A target names its own in ``paths``; without, one declaring
-    ``PER_REQUEST_PATH`` has ``batched`` and ``per_request``, any other ``batched``.
-    """
-    declared = getattr(target, "paths", None)
-    if declared:
-        return tuple(declared)
-    if PER_REQUEST_PATH in getattr(target, "capabilities", frozenset()):
-        return ("batched", "per_request")
-    return ("batched",)
+
+def with_defaults(adapter: Any) -> Target:
+    """``adapter`` as a ``Target``: itself where it is one, else a view of it adding the defaults of
+    what it lacks (``missing``, ``unloaded``, ``paths``, ``notes()``)."""
+    return adapter if isinstance(adapter, Target) else _WithDefaults(adapter)
+
+
+def default_paths(capabilities: Collection[str]) -> tuple[Path, ...]:
+    """The paths of a target that names none: ``batched`` and ``per_request`` for one declaring
+    ``PER_REQUEST_PATH``, any other ``batched``."""
+    return ("batched", "per_request") if PER_REQUEST_PATH in capabilities else ("batched",)
+
+
+def paths_of(target: Target) -> tuple[Path, ...]:
+    """The paths a target can take to one answer, its default first (``Target.paths``)."""
+    return tuple(target.paths)
 
 
 def unloaded(
@@ -162,19 +170,62 @@ class Encoder:
 class Target(Protocol):
     """What a check may ask of a target. Tensors in and out are on ``case.device``.
 
-    Only ``name``, ``capabilities`` and ``describe`` are required: a target
-    implements the methods of the capabilities it declares (``METHODS``) and may
-    explain absent ones in a ``missing`` dict (capability -> why), which skip
-    reasons show. A capability absent because the file that should hold it did
-    not load goes in ``unloaded`` (capability -> the file and its error) as well:
-    its checks are *could not test*, never a skip, since a broken file is not a
-    missing feature. Each method's contract is its rule in ``docs/rules.md``;
+    A target has a ``name``, its ``capabilities`` and ``describe``, and
+    implements the methods of the capabilities it declares (``METHODS``). It
+    explains absent ones in ``missing`` (capability -> why), which skip reasons
+    show. A capability absent because the file that should hold it did not load
+    goes in ``unloaded`` (capability -> the file and its error) as well: its
+    checks are *could not test*, never a skip, since a broken file is not a
+    missing feature. ``paths`` names the ways it can take to one answer, its
+    default first, and ``notes()`` what a user should know before reading its
+    verdicts. Those four have defaults here (nothing missing or unloaded, the
+    paths ``default_paths`` gives, no notes), which a class subclassing
+    ``Target`` inherits; an adapter with only the first three is given them
+    (``with_defaults``), so an adapter written before them still loads. Each
+    method's contract is its rule in ``docs/rules.md``;
     ``mmharness.targets.reference`` implements every rule's method, and
     ``docs/examples/toy_adapter.py`` is a target with a few of them.
     """
 
     name: str
     capabilities: frozenset[str]
+    missing: Mapping[str, str] = MappingProxyType({})
+    """Capability -> why this target lacks it (skip reasons quote it)."""
+    unloaded: Mapping[str, str] = MappingProxyType({})
+    """Capability -> the file that should hold it and its load error (its checks: could not test)."""
+
+    @property
+    def paths(self) -> tuple[Path, ...]:
+        """The paths this target can take to one answer (``batched``, ``per_request``; ``v1``, ``v2``),
+        its default first."""
+        return default_paths(self.capabilities)
 
     def describe(self) -> dict[str, Any]:
         """What ``mmharness targets`` shows: release, files, functions, stubbed names."""
+
+    def notes(self) -> list[str]:
+        """What a user should know before reading this target's verdicts (``check`` prints them)."""
+        return []
+
+
+class _WithDefaults(Target):
+    """An adapter shaped like ``Target`` before it had defaults: its own members, then ``Target``'s."""
+
+    def __init__(self, adapter: Any) -> None:
+        self._adapter = adapter
+
+    def __getattr__(self, name: str) -> Any:  # reached only for what Target does not define
+        return getattr(self._adapter, name)
+
+    name = property(lambda self: self._adapter.name)
+    capabilities = property(lambda self: self._adapter.capabilities)
+    missing = property(lambda self: getattr(self._adapter, "missing", MappingProxyType({})))
+    unloaded = property(lambda self: getattr(self._adapter, "unloaded", MappingProxyType({})))
+    paths = property(lambda self: getattr(self._adapter, "paths", default_paths(self.capabilities)))
+
+    def describe(self) -> dict[str, Any]:
+        return self._adapter.describe()
+
+    def notes(self) -> list[str]:
+        own = getattr(self._adapter, "notes", None)
+        return own() if own is not None else []

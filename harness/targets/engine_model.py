@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 from mmharness import tensors
 from mmharness.model import MODALITIES, MODEL_DATA_KEYS, Case, CaseError, Item, Request, Span, problems
 from mmharness.reference import INSUFFICIENT_PREFIX, ONE_GRID_MESSAGE, PARTIAL_PRECOMPUTED_MESSAGE
-from mmharness.targets.base import ALL_CAPABILITIES, SHORT_LISTS, Encoder, FeatureItem, Path
+from mmharness.targets.base import ALL_CAPABILITIES, SHORT_LISTS, Encoder, FeatureItem, Path, Target
 
 if TYPE_CHECKING:
     import torch
@@ -124,7 +124,7 @@ class _ModalityEncoder:
         return self.encoder(items)
 
 
-class EngineModel:
+class EngineModel(Target):
     """Every rule by index arithmetic; ``bug`` names the one seeded mistake (``None``: correct)."""
 
     capabilities = ALL_CAPABILITIES | {SHORT_LISTS}

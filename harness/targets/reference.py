@@ -7,13 +7,13 @@ from typing import TYPE_CHECKING, Any
 
 from mmharness import reference, tensors
 from mmharness.model import Case, Item, validate
-from mmharness.targets.base import ALL_CAPABILITIES, Encoder, FeatureItem, Path
+from mmharness.targets.base import ALL_CAPABILITIES, Encoder, FeatureItem, Path, Target
 
 if TYPE_CHECKING:
     import torch
 
 
-class ReferenceTarget:
+class ReferenceTarget(Target):
     """Answers every rule from ``mmharness.reference``; refuses malformed cases with a ``CaseError``."""
 
     name = "reference"

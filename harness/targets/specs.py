@@ -24,7 +24,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import cache
 
-from mmharness.targets.base import Target, TargetError, missing_methods
+from mmharness.targets.base import REQUIRED, Target, TargetError, missing_methods, with_defaults
 
 ENTRY_POINT_GROUP = "mmharness.targets"
 ENGINES = ("mmharness.engines.sglang", "mmharness.engines.vllm")
@@ -236,12 +236,13 @@ def _instantiate(spec: str, attr: str, obj: object) -> Target:
         raise
     except (Exception, SystemExit) as error:
         raise TargetError(f"{spec}: {_what_happened(f'{attr}()', error)}") from error
-    if not isinstance(target, Target):
-        lacking = [a for a in ("name", "capabilities", "describe") if not hasattr(target, a)]
+    lacking = [a for a in REQUIRED if not hasattr(target, a)]
+    if lacking:
         raise TargetError(
             f"target {spec!r}: {attr!r} is not a target: it lacks {', '.join(lacking)}"
             " (see mmharness.targets.base.Target)"
         )
+    target = with_defaults(target)
     missing = missing_methods(target)
     if missing:
         raise TargetError(
@@ -251,7 +252,7 @@ def _instantiate(spec: str, attr: str, obj: object) -> Target:
 
 
 def _looks_like_target(obj: object) -> bool:
-    return all(hasattr(obj, a) for a in ("name", "capabilities", "describe"))
+    return all(hasattr(obj, a) for a in REQUIRED)
 
 
 def listing() -> list[tuple[str, str]]:

@@ -41,6 +41,7 @@ from mmharness.engines.sglang.forms import Found
 from mmharness.model import Case, Item, listed_windows
 from mmharness.targets import base, loader
 from mmharness.targets.base import Encoder, FeatureItem, HarnessGap, Path, TargetError
+from mmharness.targets.loaded import Factory, LoadedTarget
 
 if TYPE_CHECKING:
     import torch
@@ -112,9 +113,7 @@ def detect(engine: loader.Engine) -> Functions:
         found = forms.find(name, getattr(owner, name.rsplit(".", 1)[-1], None))
         if found is not None:
             functions.found[name] = found
-    functions.cache_init = next(
-        (functions.callable(n) for n in CACHE_INITS if functions.callable(n)), None
-    )
+    functions.cache_init = next((functions.callable(n) for n in CACHE_INITS if functions.callable(n)), None)
     prefill = functions.callable("_get_chunked_prefill_embedding")
     if prefill is not None and rules is not None:
         names = prefill.fn.__code__.co_names
@@ -230,12 +229,11 @@ class _Switch(int):
         return "True"
 
 
-class SGLangTarget:
+class SGLangTarget(LoadedTarget):
     """One SGLang release (by path or installed) behind the ``Target`` protocol."""
 
     def __init__(self, engine: loader.Engine, name: str) -> None:
-        self.engine = engine
-        self.name = name
+        super().__init__(engine, name)
         self.functions = detect(engine)
         self.missing = self.functions.missing
         self.unloaded = base.unloaded(self.missing, engine.errors, _OWNERS)
@@ -254,19 +252,13 @@ class SGLangTarget:
     # describe ---------------------------------------------------------------------
 
     def describe(self) -> dict[str, Any]:
-        engine = self.engine
-        record = engine.record
+        return {**super().describe(), "item_shim_misses": sorted(self.engine.record.item_misses)}
+
+    def engine_fields(self) -> dict[str, Any]:
         rules = self._rules
         return {
-            "target": self.name,
-            "release": engine.source.release or "unknown",
-            "source": engine.source.origin,
-            "loaded": "installed package (imported normally)" if engine.installed else "by path",
-            "files": [str(engine.source.files[n]) for n in engine.source.files if n in engine.modules],
             "rules_module": rules.__dict__.get("__mm_engine_name__", rules.__name__) if rules else None,
-            "capabilities": sorted(self.capabilities),
-            "missing": dict(sorted(self.missing.items())),
-            "unloaded": dict(sorted(self.unloaded.items())),
+            **self.capability_fields(),
             "functions": {name: found.describe() for name, found in self.functions.found.items()},
             "cache": self._cache_origin(),
             "item_type": self._item_origin(),
@@ -274,21 +266,14 @@ class SGLangTarget:
             "path_switches": list(self.functions.path_switches),
             "paths": list(self.paths),
             "list_encoder": self.functions.list_encoder,
-            "stubbed_packages": sorted(engine.record.packages),
-            "notes": self.notes(),
-            "load_errors": engine.errors,
-            "load_ms": round(engine.load_seconds * 1000, 1),
-            "shims": sorted(record.shimmed),
-            "stubbed": sorted(record.stubbed),
-            "stubs_reached": sorted(set(record.reached)),
-            "item_shim_misses": sorted(record.item_misses),
+            "stubbed_packages": sorted(self.engine.record.packages),
         }
 
-    def notes(self) -> list[str]:
-        """What a user should know before reading this target's verdicts (``check`` prints them)."""
-        notes = list(self.functions.notes)
-        if self.engine.errors:
-            notes.append("files that did not load: " + ", ".join(sorted(self.engine.errors)))
+    def release_notes(self) -> list[str]:
+        return list(self.functions.notes)
+
+    def stand_in_notes(self) -> list[str]:
+        notes = []
         if self.engine.record.packages:
             packages = ", ".join(sorted(self.engine.record.packages))
             notes.append(
@@ -325,38 +310,10 @@ class SGLangTarget:
             return "harness shim with the common fields"
         return f"harness shim with the fields of {schema.origin}"
 
-    # watching calls ---------------------------------------------------------------------
-
-    @contextmanager
-    def _watched(self) -> Iterator[None]:
-        """Turn a stub or item gap reached during the call into a ``HarnessGap``, caught or not."""
-        record = self.engine.record
-        reached, misses = len(record.reached), set(record.item_misses)
-        try:
-            yield
-        except HarnessGap:
-            raise
-        except Exception as error:
-            gap = self._gap(reached, misses)
-            if gap is not None:
-                raise gap from error
-            raise
-        gap = self._gap(reached, misses)
-        if gap is not None:
-            raise gap
-
-    def _gap(self, reached: int, misses: set[str]) -> HarnessGap | None:
-        record = self.engine.record
-        new = record.reached[reached:] + sorted(record.item_misses - misses)
-        if not new:
-            return None
-        return HarnessGap(
-            f"the engine reached what the harness only stubs: {', '.join(dict.fromkeys(new))}",
-            what=new[0],
-        )
+    # calling the engine ---------------------------------------------------------------------
 
     def _call(self, name: str, values: dict[str, Any], **kwargs: Any) -> Any:
-        with self._watched():
+        with self.watched():
             return self.functions.found[name].call(values, **kwargs)
 
     # building the engine's arguments ----------------------------------------------
@@ -536,7 +493,7 @@ class SGLangTarget:
         had = "embedding_cache" in rules.__dict__
         saved = rules.__dict__.get("embedding_cache")
         try:
-            with self._watched():
+            with self.watched():
                 init.call({"max_size": max_size})
             return rules.embedding_cache
         finally:
@@ -819,43 +776,28 @@ def shims_for(source: loader.Source) -> Callable[[Any], shims.SGLangShims]:
     return lambda record: shims.SGLangShims(record, schema)
 
 
-def load(source: loader.Source) -> loader.Engine:
-    """The rules files of ``source``; a third-party package a fork imports and this host lacks is a stub."""
-    return loader.load(source, layout.RULES, shims=shims_for(source), stub_missing=True)
-
-
-def from_path(path: str, *, name: str | None = None, release: str | None = None) -> SGLangTarget:
-    source = loader.locate(path, layout.RULES, release=release)
-    return SGLangTarget(load(source), name or path)
-
-
-def fetch(version: str) -> Any:
-    """The unpacked release ``version`` (downloaded once into the cache)."""
-    from mmharness.targets import releases
-
-    return releases.fetch(layout.PACKAGE, version, layout.RELEASE_MEMBERS, example="0.5.23")
-
-
-def from_release(version: str) -> SGLangTarget:
-    from mmharness.targets import releases
-
-    source = releases.source(
-        layout.RULES,
-        version,
-        layout.RELEASE_MEMBERS,
-        example="0.5.23",
-        absent="has no multimodal scheduling rules (they first appear in 0.4.6); pick a later release",
-    )
-    return SGLangTarget(load(source), f"sglang=={version}")
-
-
-def installed() -> SGLangTarget:
-    """The installed ``sglang``, imported normally (its own item type, cache and context)."""
-    engine = loader.load_installed(layout.RULES, None, example="0.5.23")
+def _installed_shims() -> SimpleNamespace:
+    """The installed package's own item type and ``Modality``."""
     import importlib
 
     schedule_batch = importlib.import_module("sglang.srt.managers.schedule_batch")
-    engine.shims = SimpleNamespace(
-        item_type=schedule_batch.MultimodalDataItem, modality=schedule_batch.Modality
-    )
-    return SGLangTarget(engine, "sglang")
+    return SimpleNamespace(item_type=schedule_batch.MultimodalDataItem, modality=schedule_batch.Modality)
+
+
+FACTORY = Factory(
+    SGLangTarget,
+    layout.RULES,
+    layout.RELEASE_MEMBERS,
+    example="0.5.23",
+    absent="has no multimodal scheduling rules (they first appear in 0.4.6); pick a later release",
+    shims=shims_for,
+    installed_shims=_installed_shims,
+)
+"""SGLang's targets: the rules files of a release, fork or file loaded by path (a third-party package
+a fork imports and this host lacks, a stub), a release downloaded once, or the installed ``sglang``
+imported normally (its own item type, cache and context)."""
+load = FACTORY.load
+from_path = FACTORY.from_path
+fetch = FACTORY.fetch
+from_release = FACTORY.from_release
+installed = FACTORY.installed

@@ -10,8 +10,7 @@ field configs, and says why the others do not apply.
 from __future__ import annotations
 
 import inspect
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from dataclasses import replace
 from itertools import pairwise
 from typing import Any
@@ -32,6 +31,7 @@ from mmharness.targets.base import (
     HarnessGap,
     TargetError,
 )
+from mmharness.targets.loaded import Factory, LoadedTarget
 
 NOT_APPLICABLE = {
     base.CHUNK: "vLLM has no per-request chunk function: the gather serves a window's rows (R3, R3e)",
@@ -133,12 +133,13 @@ _OWNERS = {
 """Capability -> the files that would hold it: where a load error makes it *could not test*."""
 
 
-class VLLMTarget:
+class VLLMTarget(LoadedTarget):
     """One vLLM release behind the ``Target`` protocol, driven step by step (``driver``)."""
 
+    engine_label = "vLLM"
+
     def __init__(self, engine: loader.Engine, name: str) -> None:
-        self.engine = engine
-        self.name = name
+        super().__init__(engine, name)
         modules, lacking = detect(engine)
         if modules is None:
             errors = "; ".join(f"{k}: {v}" for k, v in engine.errors.items())
@@ -162,57 +163,20 @@ class VLLMTarget:
         absent = base.ALL_CAPABILITIES - self.capabilities
         self.unloaded = base.unloaded(absent, engine.errors, _OWNERS)
 
-    def describe(self) -> dict[str, Any]:
-        engine, record = self.engine, self.engine.record
+    def engine_fields(self) -> dict[str, Any]:
         return {
-            "target": self.name,
-            "release": engine.source.release or "unknown",
-            "source": engine.source.origin,
-            "loaded": "installed package (imported normally)" if engine.installed else "by path",
-            "files": [str(engine.source.files[n]) for n in engine.source.files if n in engine.modules],
-            "capabilities": sorted(self.capabilities),
-            "missing": dict(sorted(self.missing.items())),
-            "unloaded": dict(sorted(self.unloaded.items())),
+            **self.capability_fields(),
             "paths": list(self.paths),
             "placeholder_is_embed": self.modules.has_is_embed,
             "field_configs": sorted(self.field_configs),
             "cache_at_placeholder_length": self.modules.scatter is not None,
             "rejects_mismatched_identifiers": hasattr(self.modules.scheduler, REJECTS_MISMATCH),
-            "notes": self.notes(),
-            "load_errors": engine.errors,
-            "load_ms": round(engine.load_seconds * 1000, 1),
-            "shims": sorted(record.shimmed),
-            "stubbed": sorted(record.stubbed),
-            "stubs_reached": sorted(set(record.reached)),
         }
 
-    def notes(self) -> list[str]:
-        notes = []
+    def release_notes(self) -> list[str]:
         if "v2" not in self.paths:
-            notes.append("no model runner V2 gather in this release: the V1 gather is the only path")
-        if self.engine.errors:
-            notes.append("files that did not load: " + ", ".join(sorted(self.engine.errors)))
-        return notes
-
-    @contextmanager
-    def watched(self) -> Iterator[None]:
-        """A stub reached during the call is a ``HarnessGap`` (could not test), caught or not."""
-        record = self.engine.record
-        reached = len(record.reached)
-        try:
-            yield
-        except HarnessGap:
-            raise
-        except Exception as error:
-            if len(record.reached) > reached:
-                raise self._gap(reached) from error
-            raise
-        if len(record.reached) > reached:
-            raise self._gap(reached)
-
-    def _gap(self, reached: int) -> HarnessGap:
-        new = list(dict.fromkeys(self.engine.record.reached[reached:]))
-        return HarnessGap(f"vLLM reached what the harness only stubs: {', '.join(new)}", what=new[0])
+            return ["no model runner V2 gather in this release: the V1 gather is the only path"]
+        return []
 
     def new_cache(self, max_size: int) -> EncoderCache:
         return EncoderCache(max_size)
@@ -378,37 +342,19 @@ def _merged(embeddings: bool) -> Any:
     return torch.tensor([1, MERGE, MERGE] if embeddings else [1, 1, 1], dtype=torch.long)
 
 
-def load(source: loader.Source, *, transform: loader.CodeTransform | None = None) -> loader.Engine:
-    """The release's scheduling files; everything else of vLLM (and missing third-party packages) stubbed."""
-    return loader.load(source, layout.RULES, shims=shims.VLLMShims, stub_missing=True, transform=transform)
-
-
-def from_path(path: str, *, name: str | None = None, release: str | None = None) -> VLLMTarget:
-    source = loader.locate(path, layout.RULES, release=release)
-    return VLLMTarget(load(source), name or path)
-
-
-def fetch(version: str) -> Any:
-    """The unpacked release ``version`` (the wheel downloaded once; only the driver's files kept)."""
-    from mmharness.targets import releases
-
-    return releases.fetch(layout.PACKAGE, version, layout.RELEASE_MEMBERS, example="0.33.0")
-
-
-def from_release(version: str) -> VLLMTarget:
-    from mmharness.targets import releases
-
-    source = releases.source(
-        layout.RULES,
-        version,
-        layout.RELEASE_MEMBERS,
-        example="0.33.0",
-        absent="has no V1 engine files (vllm/v1/); pick a release from 0.8 on",
-    )
-    return VLLMTarget(load(source), f"vllm=={version}")
-
-
-def installed() -> VLLMTarget:
-    """The installed ``vllm``, imported normally."""
-    engine = loader.load_installed(layout.RULES, None, example="0.33.0")
-    return VLLMTarget(engine, "vllm")
+FACTORY = Factory(
+    VLLMTarget,
+    layout.RULES,
+    layout.RELEASE_MEMBERS,
+    example="0.33.0",
+    absent="has no V1 engine files (vllm/v1/); pick a release from 0.8 on",
+    shims=lambda source: shims.VLLMShims,
+)
+"""vLLM's targets: its scheduling files loaded by path (everything else of vLLM, and missing
+third-party packages, stubbed), a release downloaded once (only the driver's files kept), or the
+installed ``vllm`` imported normally."""
+load = FACTORY.load
+from_path = FACTORY.from_path
+fetch = FACTORY.fetch
+from_release = FACTORY.from_release
+installed = FACTORY.installed

@@ -21,15 +21,15 @@ advances no request and ends none, while windows remain, is the engine's:
 what a case needs.
 
 The engine's classes are never instantiated (their constructors want a whole
-engine configuration): a ``StandIn`` holds the state a method reads and answers
-every other method name with the engine class's own function, bound to it, so
-the methods run as written. A state attribute the stand-in lacks is a
-``HarnessGap`` naming it (could not test), never a divergence.
+engine configuration): a ``StandIn`` (``mmharness.targets.standin``) holds the
+state a method reads and answers every other method name with the engine
+class's own function, bound to it, so the methods run as written. A state
+attribute the stand-in lacks is a ``HarnessGap`` naming it (could not test),
+never a divergence.
 """
 
 from __future__ import annotations
 
-import inspect
 import types
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -37,35 +37,19 @@ from typing import Any
 
 from mmharness.deadline import NoProgress
 from mmharness.model import Case, Item
+from mmharness.targets import standin
 from mmharness.targets.base import Encoder, HarnessGap
+from mmharness.targets.standin import parameters
 
 STEP_CAP_FACTOR, STEP_CAP_SLACK = 4, 64
 """A call takes at most (window tokens + requests) steps (each step advances a window or ends a
 request, or the driver stops); more than ``4 x that + 64`` is an engine gone astray (``NoProgress``)."""
 
 
-class StandIn:
-    """An engine object without its constructor: set state, plus the engine class's own methods."""
+class StandIn(standin.StandIn):
+    """A stand-in of one of vLLM's classes (``mmharness.targets.standin``): its gaps name vLLM."""
 
-    def __init__(self, cls: type, what: str, **state: Any) -> None:
-        object.__setattr__(self, "_mm_cls", cls)
-        object.__setattr__(self, "_mm_what", what)
-        self.__dict__.update(state)
-
-    def __getattr__(self, name: str) -> Any:
-        if name.startswith("__"):
-            raise AttributeError(name)
-        member = inspect.getattr_static(self._mm_cls, name, None)
-        if isinstance(member, property):
-            return member.fget(self)
-        if isinstance(member, (types.FunctionType, staticmethod, classmethod)):
-            bound = member.__get__(self, self._mm_cls)
-            self.__dict__[name] = bound  # a method is looked up once per stand-in, not per call
-            return bound
-        raise HarnessGap(
-            f"vLLM's {self._mm_what} read {name!r}, which the harness's stand-in does not hold",
-            what=f"{self._mm_what}.{name}",
-        )
+    _mm_engine = "vLLM"
 
 
 @dataclass
@@ -180,10 +164,10 @@ class Driver:
     def __init__(self, modules: Modules) -> None:
         self.m = modules
         self._calls = 0
-        self._feature_fields = set(_parameters(modules.feature_spec))
+        self._feature_fields = set(parameters(modules.feature_spec))
         gather = modules.runner_v2.gather_mm_embeddings if modules.runner_v2 is not None else None
-        self._v2_fields = set(_parameters(gather)) if gather else set()
-        self._v2_required = _parameters(gather, required=True) if gather else []
+        self._v2_fields = set(parameters(gather)) if gather else set()
+        self._v2_required = parameters(gather, required=True) if gather else []
         self.v2_drafts = "draft_lookahead" in self._v2_fields
         """Whether model runner V2's gather reads ahead for a drafter (``draft_lookahead``)."""
 
@@ -665,17 +649,6 @@ def _device(case: Case) -> Any:
     import torch
 
     return torch.device(case.device)
-
-
-def _parameters(fn: Any, *, required: bool = False) -> list[str]:
-    params = list(inspect.signature(fn).parameters.values())
-    if params and params[0].name == "self":
-        params = params[1:]
-    return [
-        p.name
-        for p in params
-        if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD) and (not required or p.default is p.empty)
-    ]
 
 
 def rows_of(rows: list[Any]) -> Any:
