@@ -129,19 +129,19 @@ LIBFUZZER_RATE = re.compile(r"stat::average_exec_per_sec:\s*(\d+)")
 
 def engine_of(target: Any) -> str | None:
     """The shipped engine package (``mmharness.engines.sglang``...) a loaded target belongs to, if any."""
-    from mmharness.targets.specs import ENGINES
+    from mmharness.targets.specs import engine_packages
 
     module = type(target).__module__
-    return next((engine for engine in ENGINES if module.startswith(f"{engine}.")), None)
+    return next((engine for engine in engine_packages() if module.startswith(f"{engine}.")), None)
 
 
 def fuzz_plan(engine: str | None) -> tuple[list[str], dict[str, str]]:
     """The fuzz targets to measure against a target of ``engine`` (the case parser, then that engine's),
     and each other engine's target with why it is skipped: an engine's fuzzers load only its own releases."""
-    from mmharness.fuzz.registry import BY_ENGINE, CASE_PARSER
+    from mmharness.fuzz.registry import CASE_PARSER, by_engine
 
     measured, skipped = [CASE_PARSER], {}
-    for package, parsers in BY_ENGINE.items():
+    for package, parsers in by_engine().items():
         for parser in parsers:
             if package == engine:
                 measured.append(parser)

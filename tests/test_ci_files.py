@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 from mmharness.cli import _parser
-from mmharness.fuzz.registry import FUZZ_PARSERS
+from mmharness.fuzz.registry import fuzz_parsers
 
 ROOT = Path(__file__).parent.parent
 FILES = [ROOT / "docs" / "ci" / "mmharness.yml", ROOT / ".clusterfuzzlite" / "build.sh"]
@@ -39,4 +39,4 @@ def test_every_mmharness_command_parses(path):
 
 def test_every_engine_fuzzer_has_a_clusterfuzzlite_entry_point():
     scripts = {p.stem for p in (ROOT / ".clusterfuzzlite").glob("fuzz_*.py")}
-    assert scripts == {f"fuzz_{name.replace('-', '_')}" for name in FUZZ_PARSERS}
+    assert scripts == {f"fuzz_{name.replace('-', '_')}" for name in fuzz_parsers()}

@@ -18,10 +18,10 @@ from pathlib import Path
 
 import pytest
 from mmharness.targets import loaded, standin
-from mmharness.targets.specs import ENGINES
+from mmharness.targets.specs import engine_packages
 
 ROOT = Path(__file__).parent.parent
-ENGINE_NAMES = [name.rsplit(".", 1)[-1] for name in ENGINES]
+ENGINE_NAMES = [name.rsplit(".", 1)[-1] for name in engine_packages()]
 REGISTRY = ROOT / "harness" / "targets" / "specs.py"
 
 

@@ -14,7 +14,7 @@ from mmharness.commands.options import (
     worker_count,
     writable,
 )
-from mmharness.fuzz.registry import FUZZ_PARSERS
+from mmharness.fuzz.registry import fuzz_parsers
 
 
 def add_parser(sub) -> None:
@@ -42,7 +42,7 @@ def run(args: argparse.Namespace) -> int:
     from mmharness import bench, report
 
     newest = (
-        getattr(importlib.import_module(module), "DEFAULT_TARGET", None) for module in FUZZ_PARSERS.values()
+        getattr(importlib.import_module(module), "DEFAULT_TARGET", None) for module in fuzz_parsers().values()
     )
     if not 1 <= args.examples <= MAX_EXAMPLES:
         raise UsageError(f"--examples must be in [1, {MAX_EXAMPLES}], got {args.examples}")

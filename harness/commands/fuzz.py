@@ -1,5 +1,6 @@
 """``mmharness fuzz``: a parser fuzzed with atheris, every option (libFuzzer's integer flags too)
-checked first, the fuzzer in a supervised child process (``mmharness.fuzz.supervised``)."""
+checked first, the fuzzer in a supervised child process (``mmharness.fuzz.supervised``);
+``mmharness fuzz --list``: every fuzz target with its engine, one a line."""
 
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ from mmharness.commands.options import (
     findings_option,
     writable,
 )
-from mmharness.fuzz.registry import CASE_PARSER, FUZZ_PARSERS
+from mmharness.fuzz.registry import CASE_PARSER, fuzz_parsers, listing
 
 
 def add_parser(sub) -> None:
@@ -25,11 +26,16 @@ def add_parser(sub) -> None:
         "fuzz",
         help="fuzz a parser with atheris (libFuzzer arguments after --)",
         usage=(
-            "mmharness fuzz PARSER [--target SPEC] [--corpus DIR] [--baseline FILE] [--strict]"
+            "mmharness fuzz {PARSER | --list} [--target SPEC] [--corpus DIR] [--baseline FILE] [--strict]"
             " [--findings DIR] [--describe] [-- LIBFUZZER_ARGS...]"
         ),
     )
-    fuzz.add_argument("parser", choices=sorted(FUZZ_PARSERS))
+    fuzz.add_argument("parser", nargs="?", choices=sorted(fuzz_parsers()))
+    fuzz.add_argument(
+        "--list",
+        action="store_true",
+        help="list every fuzz target and its engine (case-parser's: -), one a line, then exit",
+    )
     fuzz.add_argument(
         "--target",
         metavar="SPEC",
@@ -64,6 +70,12 @@ def add_parser(sub) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.list:
+        for name, engine in listing():
+            print(f"{name:<24} {engine}")
+        return 0
+    if args.parser is None:
+        raise UsageError("fuzz: give a PARSER (`mmharness fuzz --list` lists them)")
     from mmharness.fuzz import FINDINGS_ENV
 
     saved = os.environ.get(FINDINGS_ENV)
@@ -135,7 +147,7 @@ def _run_fuzzer(args: argparse.Namespace) -> int:
     if args.corpus and not Path(seeds).is_dir():
         raise UsageError(f"--corpus {seeds}: not a directory")
     _check_libfuzzer_args(args.passthrough)
-    module = importlib.import_module(FUZZ_PARSERS[args.parser])
+    module = importlib.import_module(fuzz_parsers()[args.parser])
     target = args.target or (module.DEFAULT_TARGET if engine else None)
     if args.describe:
         if not engine:

@@ -1,28 +1,39 @@
-"""Every fuzz target by name: the case parser, then each engine package's ``FUZZ_TARGETS``.
+"""Every fuzz target by name: the case parser, then each registered engine's ``fuzz_targets``.
 
-``mmharness fuzz`` offers these names and ``mmharness bench`` measures them; both
-read them here, so neither command imports the other. Only names and module
-paths are held: an entry point's module (which may load an engine) is imported
-when that fuzzer runs.
+``mmharness fuzz`` offers these names (``--list`` lists them with their engines) and
+``mmharness bench`` measures them; both read them here, so neither command imports
+the other. Only names and module paths are held: an entry point's module (which may
+load an engine) is imported when that fuzzer runs. The engines are
+``mmharness.targets.specs.engines()``, read when first asked for.
 """
 
 from __future__ import annotations
 
-import importlib
-
-from mmharness.targets.specs import ENGINES
+from mmharness.targets.specs import engines
 
 CASE_PARSER = "case-parser"
 """The harness's own parser: the one fuzz target that needs no engine release."""
 
-BY_ENGINE: dict[str, dict[str, str]] = {
-    engine: dict(importlib.import_module(engine).FUZZ_TARGETS) for engine in ENGINES
-}
-"""Engine package -> its fuzz targets (name -> entry point module): an engine's fuzzers load only its
-releases, so a run against one engine's target skips the others'."""
+CASE_PARSER_MODULE = "mmharness.fuzz.case_parser"
 
-FUZZ_PARSERS: dict[str, str] = {
-    CASE_PARSER: "mmharness.fuzz.case_parser",
-    **{name: module for targets in BY_ENGINE.values() for name, module in targets.items()},
-}
-"""Fuzz target name -> the module holding its entry point: the case parser's, then each engine's."""
+
+def by_engine() -> dict[str, dict[str, str]]:
+    """Engine package -> its fuzz targets (name -> entry point module): an engine's fuzzers load only its
+    releases, so a run against one engine's target skips the others'."""
+    return {engine.package: dict(engine.fuzz_targets) for engine in engines()}
+
+
+def fuzz_parsers() -> dict[str, str]:
+    """Fuzz target name -> the module holding its entry point: the case parser's, then each engine's."""
+    return {
+        CASE_PARSER: CASE_PARSER_MODULE,
+        **{name: module for targets in by_engine().values() for name, module in targets.items()},
+    }
+
+
+def listing() -> list[tuple[str, str]]:
+    """``(fuzz target, engine name)`` for every fuzz target, the case parser's engine ``-`` (it has
+    none), for ``mmharness fuzz --list``."""
+    return [(CASE_PARSER, "-")] + [
+        (name, engine.name) for engine in engines() for name in engine.fuzz_targets
+    ]

@@ -1,8 +1,9 @@
 """Target specs -> ``Target`` objects, through a registry of spec forms open to other packages.
 
-Built in: ``reference`` and ``mutant:NAME``. Each engine package
-(``mmharness.engines.NAME``) contributes its own forms (``sglang``,
-``sglang==X``, a path) as ``SPEC_FORMS``; a third-party package adds forms or
+Built in: ``reference`` and ``mutant:NAME``. Each registered engine
+(``engines()``: an ``Engine``, ``mmharness.targets.engine``, in the
+``mmharness.engines`` entry-point group) contributes its own forms (``sglang``,
+``sglang==X``, a path) as its ``spec_forms``; a third-party package adds forms or
 whole targets through the ``mmharness.targets`` entry-point group:
 
 - an entry point whose object is a ``SpecForm`` (or a sequence of them) adds
@@ -19,16 +20,23 @@ from __future__ import annotations
 
 import importlib
 import os
+import pkgutil
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import cache
 
 from mmharness.targets.base import REQUIRED, Target, TargetError, missing_methods, with_defaults
+from mmharness.targets.engine import ENGINE_GROUP, Engine
 
 ENTRY_POINT_GROUP = "mmharness.targets"
-ENGINES = ("mmharness.engines.sglang", "mmharness.engines.vllm")
-"""Engine packages shipped with the harness; each exposes ``SPEC_FORMS``."""
+ENGINES_PACKAGE = "mmharness.engines"
+"""Where the shipped engine packages live: each that no entry point names is read too (``engines()``)."""
+
+
+def engine_packages() -> tuple[str, ...]:
+    """The registered engines' packages (``engines()``), in its order."""
+    return tuple(engine.package for engine in engines())
 
 
 @dataclass(frozen=True)
@@ -114,8 +122,8 @@ BUILT_IN = (
 def forms() -> tuple[SpecForm, ...]:
     """Every spec form: built in, the shipped engines', then the entry points' (in name order)."""
     found = list(BUILT_IN)
-    for name in ENGINES:
-        found += importlib.import_module(name).SPEC_FORMS
+    for engine in engines():
+        found += engine.spec_forms
     for entry in _entry_points():
         try:
             obj = entry.load()
@@ -133,10 +141,57 @@ def forms() -> tuple[SpecForm, ...]:
     return tuple(found)
 
 
-def _entry_points() -> list:
+def _entry_points(group: str = ENTRY_POINT_GROUP) -> list:
     from importlib.metadata import entry_points
 
-    return sorted(entry_points(group=ENTRY_POINT_GROUP), key=lambda e: e.name)
+    return sorted(entry_points(group=group), key=lambda e: e.name)
+
+
+@cache
+def engines() -> tuple[Engine, ...]:
+    """Every registered engine: the ``mmharness.engines`` entry points' ``Engine``s, in name order.
+
+    An entry point that fails to load, or names something other than an ``Engine``, is reported on
+    stderr and left out (its engine's targets and fuzzers are then unknown, the others' unharmed).
+    A shipped engine package (under ``mmharness.engines``) that no entry point names is read too, for
+    its ``ENGINE``: the package run from a checkout without its metadata, or with metadata older than
+    the group, still has its engines.
+    """
+    found: list[Engine] = []
+    registered = _entry_points(ENGINE_GROUP)
+    named = {entry.value for entry in registered}
+    shipped = [entry for entry in _shipped_engines() if entry.value not in named]
+    for entry in sorted(registered + shipped, key=lambda e: e.name):
+        try:
+            obj = entry.load()
+        except (Exception, SystemExit) as error:  # a broken engine must not break the others
+            happened = _what_happened(f"importing {entry.value}", error)
+            print(f"mmharness: engine entry point {entry.name!r}: {happened}", file=sys.stderr)
+            continue
+        if not isinstance(obj, Engine):
+            print(
+                f"mmharness: engine entry point {entry.name!r}: {entry.value} is a {type(obj).__name__},"
+                " not an Engine (mmharness.targets.engine); left out",
+                file=sys.stderr,
+            )
+            continue
+        if any(engine.name == obj.name for engine in found):
+            print(f"mmharness: engine {obj.name!r} registered twice; {entry.value} left out", file=sys.stderr)
+            continue
+        found.append(obj)
+    return tuple(found)
+
+
+def _shipped_engines() -> list:
+    """The engine packages under ``mmharness.engines``, as entry points would name their ``ENGINE``s."""
+    from importlib.metadata import EntryPoint
+
+    package = importlib.import_module(ENGINES_PACKAGE)
+    return [
+        EntryPoint(name=info.name, value=f"{ENGINES_PACKAGE}.{info.name}:ENGINE", group=ENGINE_GROUP)
+        for info in sorted(pkgutil.iter_modules(package.__path__), key=lambda i: i.name)
+        if info.ispkg
+    ]
 
 
 def _named_target(name: str, where: str, obj: object) -> SpecForm:

@@ -4,7 +4,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from mmharness.targets.engine import Engine
 from mmharness.targets.specs import engine_forms
+
+NAME = "sglang"
+"""The engine's name: its entry point's, and its specs' (``sglang``, ``sglang==X``)."""
 
 FUZZ_TARGETS = {
     "sglang-image-data": "mmharness.engines.sglang.fuzz",
@@ -25,7 +29,7 @@ def _claims(spec: str) -> bool:
 
 
 SPEC_FORMS = engine_forms(
-    "sglang",
+    NAME,
     "SGLang",
     "mmharness.engines.sglang.adapter",
     example="0.5.23",
@@ -33,3 +37,6 @@ SPEC_FORMS = engine_forms(
     claims=_claims,
     files=True,
 )
+
+ENGINE = Engine(NAME, __name__, SPEC_FORMS, FUZZ_TARGETS)
+"""What the harness knows of this engine (``mmharness.targets.engine``), registered in pyproject.toml."""

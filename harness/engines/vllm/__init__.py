@@ -4,7 +4,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from mmharness.targets.engine import Engine
 from mmharness.targets.specs import engine_forms
+
+NAME = "vllm"
+"""The engine's name: its entry point's, and its specs' (``vllm``, ``vllm==X``)."""
 
 FUZZ_TARGETS = {"vllm-mm-kwargs": "mmharness.engines.vllm.fuzz"}
 """Fuzz target name -> the module holding its entry point."""
@@ -19,10 +23,13 @@ def _claims(spec: str) -> bool:
 
 
 SPEC_FORMS = engine_forms(
-    "vllm",
+    NAME,
     "vLLM",
     "mmharness.engines.vllm.adapter",
     example="0.33.0",
     path="a dir holding vllm/ (wheel, site-packages, a checkout)",
     claims=_claims,
 )
+
+ENGINE = Engine(NAME, __name__, SPEC_FORMS, FUZZ_TARGETS)
+"""What the harness knows of this engine (``mmharness.targets.engine``), registered in pyproject.toml."""
