@@ -327,9 +327,7 @@ def _constant(name: str) -> object:
 
 # Structure --------------------------------------------------------------------
 
-_CASE_KEYS = frozenset(
-    {"format", "malformed", "params", *PROVENANCE_KEYS, *(f.name for f in fields(Case))}
-)
+_CASE_KEYS = frozenset({"format", "malformed", "params", *PROVENANCE_KEYS, *(f.name for f in fields(Case))})
 MAX_PARAMS = 16
 _REQUEST_KEYS = frozenset(f.name for f in fields(Request))
 _ITEM_KEYS = frozenset({"embedding", *(f.name for f in fields(Item))})
@@ -392,9 +390,7 @@ class _Context:
     def charge_tokens(self, path: str, tokens: int) -> None:
         self.tokens += tokens
         if self.tokens > MAX_TOKENS:
-            raise PayloadError(
-                path, f"brings the batch to {self.tokens} tokens; the limit is {MAX_TOKENS}"
-            )
+            raise PayloadError(path, f"brings the batch to {self.tokens} tokens; the limit is {MAX_TOKENS}")
 
 
 def _root(obj: object) -> dict[str, Any]:
@@ -531,8 +527,7 @@ def _object(value: object, path: str, allowed: frozenset[str], required: tuple[s
     if not value.keys() <= allowed:
         raise PayloadError(
             path,
-            f"unknown key {_first_few(value.keys() - allowed)}; allowed: "
-            + ", ".join(sorted(allowed)),
+            f"unknown key {_first_few(value.keys() - allowed)}; allowed: " + ", ".join(sorted(allowed)),
         )
     for key in required:
         if key not in value:
@@ -599,8 +594,7 @@ def _params(value: object) -> dict[str, Any]:
         elif type(entry) is list:
             numbers = _array(entry, "params", key, MAX_SEQ_LEN)
             params[key] = [
-                _int(n, "params", f"{key}[{k}]", -MAX_SEQ_LEN, MAX_SEQ_LEN)
-                for k, n in enumerate(numbers)
+                _int(n, "params", f"{key}[{k}]", -MAX_SEQ_LEN, MAX_SEQ_LEN) for k, n in enumerate(numbers)
             ]
         else:
             params[key] = _int(entry, "params", key, -MAX_SEQ_LEN, MAX_SEQ_LEN)

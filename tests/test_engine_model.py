@@ -439,9 +439,7 @@ WITNESSES: dict[str, Witness] = {
     "mask_first_placeholder_only": embed_mask(batch(request(5, 0, 5, item((0, 1)), item((3, 4), h=2)))),
     "mask_marks_text": embed_mask(batch(request(4, 0, 4, item((0, 1))))),
     "embed_mask_skips_precomputed": embed_mask(PARTIAL),
-    "mask_row_shaped": embed_mask(
-        batch(request(3, 0, 3, item((0, 0), modality="audio"), item((2, 2), h=2)))
-    ),
+    "mask_row_shaped": embed_mask(batch(request(3, 0, 3, item((0, 0), modality="audio"), item((2, 2), h=2)))),
     "modality_of_first_item": embed_mask(
         batch(request(2, 0, 2, item((0, 0), modality="audio"), item((1, 1), h=2)))
     ),

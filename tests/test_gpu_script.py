@@ -34,6 +34,7 @@ def test_every_check_runs_on_both_devices_against_each_target(harness_cache, tmp
     assert len(rows) == 2 * 2 * len(all_checks())
     cuda = [row for row in rows if row["device"] == "cuda"]
     if not cuda_available():
+
         def cell(row: dict) -> tuple[str, str]:
             return row["target"], row["check"]
 

@@ -225,7 +225,6 @@ def permutation(target: Target, case: Case, params: dict) -> None:
     same(case, f"requests in order {order}", blocks_in_order(call, case, order), call(permute(case, order)))
 
 
-
 def short_list_cases(device: str):
     from mmharness import strategies as mst
 
