@@ -70,9 +70,7 @@ def check_format(
     return Format(tuple(product(hs, ds, ns)), device, tuple(placed))
 
 
-def build_requests(
-    draw: DrawFn, drafts: Sequence[RequestDraft], coverage: str
-) -> list[Request]:
+def build_requests(draw: DrawFn, drafts: Sequence[RequestDraft], coverage: str) -> list[Request]:
     flags = draw_coverage(draw, [len(d.items) for d in drafts], coverage)
     return [d.build(f) for d, f in zip(drafts, flags, strict=True)]
 
@@ -172,12 +170,8 @@ def cases(
     ``prefix_listed`` and ``extend_listed``: the engine's per-request lists
     shorter than the batch, as EAGLE hands them (R3).
     """
-    shape = check_shape(
-        max_items=max_items, max_spans_per_item=max_spans_per_item, max_seq_len=max_seq_len
-    )
-    fmt = check_format(
-        hiddens=hiddens, dtypes=dtypes, ndims=ndims, device=device, item_devices=item_devices
-    )
+    shape = check_shape(max_items=max_items, max_spans_per_item=max_spans_per_item, max_seq_len=max_seq_len)
+    fmt = check_format(hiddens=hiddens, dtypes=dtypes, ndims=ndims, device=device, item_devices=item_devices)
     check_int("min_requests", min_requests, min_value=0)
     check_int("max_requests", max_requests, min_value=0)
     check_order("min_requests", min_requests, "max_requests", max_requests)
@@ -193,6 +187,4 @@ def cases(
             f"but at most {max_requests * shape.item_cap} fit (max_requests={max_requests}, "
             f"max_items={max_items}, max_seq_len={max_seq_len})"
         )
-    return _cases(
-        shape, fmt, min_requests, max_requests, need, coverage, duplicates, collisions, short_lists
-    )
+    return _cases(shape, fmt, min_requests, max_requests, need, coverage, duplicates, collisions, short_lists)

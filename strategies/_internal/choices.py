@@ -103,9 +103,7 @@ class Biased(NamedTuple):
     favoured: tuple[int, ...]
 
     @classmethod
-    def of(
-        cls, low: int, high: int, favoured: Sequence[int] = (), *, spread: int | None = None
-    ) -> Biased:
+    def of(cls, low: int, high: int, favoured: Sequence[int] = (), *, spread: int | None = None) -> Biased:
         """The space for ``[low, high]``.
 
         ``spread`` narrows the uniform half to ``[low, low + spread]``; favoured

@@ -51,11 +51,7 @@ class HashPool:
     """Every item drawn so far in a batch: the sources for duplicates and collisions."""
 
     def __init__(self, *, duplicates: bool, collisions: bool) -> None:
-        self.kinds = tuple(
-            kind
-            for kind, on in (("duplicate", duplicates), ("collision", collisions))
-            if on
-        )
+        self.kinds = tuple(kind for kind, on in (("duplicate", duplicates), ("collision", collisions)) if on)
         self.items: list[ItemDraft] = []
         self._base: int | None = None
         self._fresh = 0

@@ -120,8 +120,7 @@ def _malformed_cases(
     # Distinct hashes: a broken item must not share content with a sound one.
     pool = HashPool(duplicates=False, collisions=False)
     drafts = [
-        draw_request_draft(draw, shape, pool, _ITEMS_NEEDED[kind] if r == target else 0)
-        for r in range(n)
+        draw_request_draft(draw, shape, pool, _ITEMS_NEEDED[kind] if r == target else 0) for r in range(n)
     ]
     requests = build_requests(draw, drafts, "any")
     requests[target] = _break(draw, kind, requests[target])
@@ -142,9 +141,7 @@ def malformed_cases(
 ) -> SearchStrategy[Case]:
     """Cases that break exactly one rule, of one of ``kinds`` (see ``MALFORMED_KINDS``)."""
     chosen = check_subset("kinds", kinds, MALFORMED_KINDS)
-    shape = check_shape(
-        max_items=max_items, max_spans_per_item=max_spans_per_item, max_seq_len=max_seq_len
-    )
+    shape = check_shape(max_items=max_items, max_spans_per_item=max_spans_per_item, max_seq_len=max_seq_len)
     check_int("max_requests", max_requests, min_value=1)
     fmt = check_format(hiddens=hiddens, dtypes=dtypes, ndims=ndims, device=device)
     for kind in chosen:

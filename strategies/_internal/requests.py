@@ -98,18 +98,14 @@ def draw_request(
 ) -> RequestDraft:
     count = integer(draw, min_items, shape.item_cap)
     stop = shape.max_seq_len
-    items, pos = draw_items(
-        draw, count=count, max_spans=shape.max_spans_per_item, stop=stop, pool=pool
-    )
+    items, pos = draw_items(draw, count=count, max_spans=shape.max_spans_per_item, stop=stop, pool=pool)
     seq_len = pos + pick(draw, 0, stop - pos, GAP_FAVOURED)
     spans = [span for item in items for span in item.spans]
     prefix, extend = draw_window(draw, seq_len, window_points(seq_len, spans))
     return RequestDraft(seq_len, prefix, extend, tuple(items))
 
 
-def draw_request_draft(
-    draw: DrawFn, shape: RequestShape, pool: HashPool, min_items: int
-) -> RequestDraft:
+def draw_request_draft(draw: DrawFn, shape: RequestShape, pool: HashPool, min_items: int) -> RequestDraft:
     """One request as one choice (a tape), so that the shrinker can delete it whole."""
     return draw_request(draw_tape(draw, shape.tape_size), shape, pool, min_items=min_items)
 
@@ -145,9 +141,7 @@ def requests(
     follow the same ``duplicates``/``collisions`` rules as ``cases`` within the
     request, and ``coverage`` picks the ``precomputed`` flags.
     """
-    shape = check_shape(
-        max_items=max_items, max_spans_per_item=max_spans_per_item, max_seq_len=max_seq_len
-    )
+    shape = check_shape(max_items=max_items, max_spans_per_item=max_spans_per_item, max_seq_len=max_seq_len)
     check_int("min_items", min_items, min_value=0)
     check_order("min_items", min_items, "max_items", max_items)
     check_choice("coverage", coverage, COVERAGES)

@@ -80,9 +80,7 @@ def _spans(draw: DrawFn, seq_len: int, min_spans: int, max_spans: int) -> tuple[
     return tuple(spans)
 
 
-def spans(
-    *, seq_len: int, min_spans: int = 1, max_spans: int = 4
-) -> SearchStrategy[tuple[Span, ...]]:
+def spans(*, seq_len: int, min_spans: int = 1, max_spans: int = 4) -> SearchStrategy[tuple[Span, ...]]:
     """Disjoint, increasing, inclusive ``(start, end)`` spans inside ``[0, seq_len)``.
 
     Adjacent spans, one-token spans, a span at 0 and a span ending at
@@ -93,7 +91,5 @@ def spans(
     check_int("max_spans", max_spans, min_value=1)
     check_order("min_spans", min_spans, "max_spans", max_spans)
     if min_spans > seq_len:
-        raise InvalidArgument(
-            f"min_spans={min_spans} spans cannot fit in seq_len={seq_len} (one token each)"
-        )
+        raise InvalidArgument(f"min_spans={min_spans} spans cannot fit in seq_len={seq_len} (one token each)")
     return _spans(seq_len, min_spans, max_spans)

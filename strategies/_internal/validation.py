@@ -46,18 +46,14 @@ def check_subset(name: str, values: object, allowed: Sequence[T]) -> tuple[T, ..
         raise InvalidArgument(f"{name}={values!r} must be a sequence of values, not a single value")
     if isinstance(values, (set, frozenset)):
         # Sets iterate in hash order; the allowed order keeps draws reproducible.
-        chosen = tuple(v for v in allowed if v in values) + tuple(
-            v for v in values if v not in allowed
-        )
+        chosen = tuple(v for v in allowed if v in values) + tuple(v for v in values if v not in allowed)
     else:
         chosen = tuple(dict.fromkeys(values))
     if not chosen:
         raise InvalidArgument(f"{name}={values!r} must not be empty")
     for value in chosen:
         if value not in allowed:
-            raise InvalidArgument(
-                f"{name} contains {value!r}; allowed: {', '.join(map(repr, allowed))}"
-            )
+            raise InvalidArgument(f"{name} contains {value!r}; allowed: {', '.join(map(repr, allowed))}")
     return chosen
 
 
