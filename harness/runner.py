@@ -26,7 +26,7 @@ from __future__ import annotations
 import hashlib
 import math
 import os
-from collections.abc import Callable, Collection, Iterator
+from collections.abc import Callable, Collection, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -232,6 +232,7 @@ def run_check(
     on_example: Callable[[int], None] | None = None,
     deadline: float | None = None,
     stop_at: Collection[str] = (),
+    explicit: Sequence[Example] = (),
 ) -> Result:
     """Run one check until its example budget is spent, keeping every distinct failure (shrunk).
 
@@ -241,7 +242,9 @@ def run_check(
     seconds each case may run (default: ``deadline_for`` the profile; 0: no limit). ``stop_at``:
     finding kinds (``DIVERGENCE``, ``HAZARD``) that end the search at once, unshrunk: for asking
     only *whether* a target fails (the self-tests), where shrinking and the rest of the budget,
-    spent on a report nobody reads, cost most of the time.
+    spent on a report nobody reads, cost most of the time. ``explicit``: cases run before any is
+    drawn (``check --regressions``), as Hypothesis runs ``@example``s: not shrunk, not counted in
+    the budget.
     """
     seconds = deadline_for(profile, device, deadline)
     unrunnable = not_run(check, target, device)
@@ -256,7 +259,17 @@ def run_check(
         database = KeyedDatabase(database, check.id, target.name, device)
     else:
         database = None  # a fixed seed means the same run every time: no history replayed
-    search = _Search(check, target, device, budget, database, on_example, seconds, shrink=not stop_at)
+    search = _Search(
+        check,
+        target,
+        device,
+        budget,
+        database,
+        on_example,
+        seconds,
+        shrink=not stop_at,
+        explicit=tuple(explicit),
+    )
     round_seed = check_seed(check, seed) if fixed else None
     try:
         while search.spent < budget and len(search.findings) < MAX_FINDINGS:
@@ -310,6 +323,8 @@ class _Search:
     on_example: Callable[[int], None] | None = None
     deadline: float | None = None
     shrink: bool = True
+    explicit: tuple = ()
+    """Examples run first, in the first round only."""
     spent: int = 0
     cases: int = 0
     findings: dict[str, Finding] = field(default_factory=dict)
@@ -341,7 +356,7 @@ class _Search:
 
     def round(self, round_seed: int | None) -> bool:
         """One Hypothesis run over the rest of the budget; whether it found a new signature."""
-        from hypothesis import HealthCheck, Phase, Verbosity, given, settings
+        from hypothesis import HealthCheck, Phase, Verbosity, example, given, settings
         from hypothesis import seed as fixed_seed
         from mmharness import interrupts
 
@@ -388,6 +403,9 @@ class _Search:
             # raised outside the except: no context
             raise _found_type(failure.signature)(failure, failure.example)
 
+        if not known:
+            for case in self.explicit:
+                prop = example(case)(prop)
         try:
             (prop if round_seed is None else fixed_seed(round_seed)(prop))()
         except KeyboardInterrupt:  # keep what this round saw, as first seen

@@ -95,6 +95,12 @@ def add_parser(sub) -> None:
         metavar="DIR",
         help="where shrunk failing cases are saved (default: ./findings or $MMHARNESS_FINDINGS)",
     )
+    check.add_argument(
+        "--regressions",
+        metavar="DIR",
+        help="saved cases (a finding's file, each naming its check) each check runs before it searches:"
+        f" committed findings as regression tests; none: no such cases (default: ./{REGRESSIONS} if present)",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -117,6 +123,7 @@ def run(args: argparse.Namespace) -> int:
     writable("--junit", args.junit)
     writable("--write-baseline", args.write_baseline)
     database = _database(args.database, args.profile)
+    regressions = _regressions(args.regressions, {check.id for check in checks})
     devices = ["cpu", "cuda"] if args.device == "all" else [args.device]
     if args.device == "cuda" and not cuda_available():
         raise UsageError("--device cuda: no CUDA device is visible (try --device cpu)")
@@ -141,6 +148,9 @@ def run(args: argparse.Namespace) -> int:
         "seed": args.seed,
         "deadline": args.deadline,
     }
+    if regressions:
+        total = sum(len(cases) for cases in regressions.values())
+        print(f"regressions: {total} saved case(s) from {args.regressions or REGRESSIONS} run first\n")
     produced = None
     reached, recorder = None, None
     if measured:
@@ -156,13 +166,29 @@ def run(args: argparse.Namespace) -> int:
                 if workers == 1:
                     produced = ordered(
                         lambda c, d: run_check(
-                            c, target, device=d, database=database, on_example=progress.tick, **options
+                            c,
+                            target,
+                            device=d,
+                            database=database,
+                            on_example=progress.tick,
+                            explicit=regressions.get(c.id, ()),
+                            **options,
                         ),
                         units,
                         1,
                     )
                 else:
-                    work = [(args.target, c.id, d, args.database, options, measured) for c, d in units]
+                    work = [
+                        (
+                            args.target,
+                            c.id,
+                            d,
+                            args.database,
+                            {**options, "explicit": regressions.get(c.id, ())},
+                            measured,
+                        )
+                        for c, d in units
+                    ]
                     produced = ordered(_check_in_worker, work, min(workers, len(units)))
                 for check, _ in units:
                     progress.start(check.id)
@@ -298,6 +324,32 @@ def _coverage_files(target) -> list[str]:
     except reach.CoverageMissing as error:
         raise UsageError(str(error)) from None
     return reach.engine_files(target)
+
+
+REGRESSIONS = "corpus/regressions"
+"""Where ``check`` finds saved cases to run first when ``--regressions`` names no directory."""
+
+
+def _regressions(directory: str | None, selected: set[str]) -> dict[str, list]:
+    """Check id -> the saved cases of ``directory`` (each file's provenance names its check) that a
+    selected check runs first. A file that does not parse is a usage error naming it and where."""
+    from mmharness import payload
+
+    if directory == "none" or (directory is None and not Path(REGRESSIONS).is_dir()):
+        return {}
+    folder = Path(directory or REGRESSIONS)
+    if not folder.is_dir():
+        raise UsageError(f"--regressions {directory}: not a directory")
+    found: dict[str, list] = {}
+    for path in sorted(folder.glob("*.json")):
+        try:
+            document = payload.load_document(path)
+        except (OSError, payload.PayloadError) as error:
+            raise UsageError(f"--regressions: {path}: {error}") from None
+        check_id = document.provenance.get("check")
+        if check_id in selected:
+            found.setdefault(check_id, []).append((document.case, document.params))
+    return found
 
 
 def _database(spec: str | None, profile: str):
