@@ -18,19 +18,20 @@ from conftest import reference_summary
 
 
 def run_suite(tmp_path, target: str, *args: str, strict: bool = False) -> subprocess.CompletedProcess:
+    """The suite under a caller's Hypothesis profile of 10 examples (registered by a plugin of the
+    caller's, as the suite promises: its settings are the caller's)."""
     env = {**os.environ, "MMHARNESS_TARGET": target, "MMHARNESS_STRICT": "1" if strict else "0"}
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(tmp_path), env.get("PYTHONPATH")]))
-    suite = ["--pyargs", "mmharness.given_suite"]
+    (tmp_path / "quick_profile.py").write_text(
+        "from hypothesis import settings\nsettings.register_profile('quick', max_examples=10)\n"
+    )
+    suite = ["--pyargs", "mmharness.given_suite", "-p", "quick_profile", "--hypothesis-profile", "quick"]
     command = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", *suite, *args]
     return subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True, check=False)
 
 
 def test_every_check_is_a_given_test_that_passes_on_the_reference(tmp_path):
-    """With the caller's Hypothesis profile (a plugin of theirs registers it), as the suite promises."""
-    (tmp_path / "quick_profile.py").write_text(
-        "from hypothesis import settings\nsettings.register_profile('quick', max_examples=10)\n"
-    )
-    run = run_suite(tmp_path, "reference", "-q", "-p", "quick_profile", "--hypothesis-profile", "quick")
+    run = run_suite(tmp_path, "reference", "-q")
     assert run.returncode == 0, run.stdout + run.stderr
     assert reference_summary() in run.stdout
 
