@@ -242,9 +242,10 @@ def run_check(
     seconds each case may run (default: ``deadline_for`` the profile; 0: no limit). ``stop_at``:
     finding kinds (``DIVERGENCE``, ``HAZARD``) that end the search at once, unshrunk: for asking
     only *whether* a target fails (the self-tests), where shrinking and the rest of the budget,
-    spent on a report nobody reads, cost most of the time. ``explicit``: cases run before any is
-    drawn (``check --regressions``), as Hypothesis runs ``@example``s: not shrunk, not counted in
-    the budget.
+    spent on a report nobody reads, cost most of the time. A failure the full search first meets
+    while shrinking another is then not met: not for a check whose hazards precede its
+    divergences. ``explicit``: cases run before any is drawn (``check --regressions``), as
+    Hypothesis runs ``@example``s: not shrunk, not counted in the budget.
     """
     seconds = deadline_for(profile, device, deadline)
     unrunnable = not_run(check, target, device)
