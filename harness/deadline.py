@@ -142,12 +142,13 @@ HERE, IMPORT = "here", "import"
 def shelter(frame: FrameType | None) -> str | None:
     """Why the handler must not raise in ``frame``, or ``None``: ``HERE`` in this module (disarming
     is never cut short), in a garbage-collection callback (Hypothesis times its collections with
-    one) or a finaliser, where Python would swallow the exception or crash on it; ``IMPORT`` in an
+    one), a finaliser or ``weakref``'s code (its callbacks run as objects die), where Python would
+    swallow the exception or crash on it; ``IMPORT`` in an
     import (a C extension cut short in its initialisation crashes the process later)."""
     if frame is None:
         return None
     code = frame.f_code
-    if frame.f_globals.get("__name__") == __name__ or code.co_name == "__del__":
+    if frame.f_globals.get("__name__") in (__name__, "weakref") or code.co_name == "__del__":
         return HERE
     if any(getattr(callback, "__code__", None) is code for callback in gc.callbacks):
         return HERE

@@ -268,3 +268,16 @@ def test_a_stall_on_a_batch_with_a_hash_collision_is_the_collision_hazard():
     plain = Case(requests=(Request(seq_len=5, prefix_len=0, extend_len=5, items=(a,)),))
     with pytest.raises(NoProgress), collisions_as_hazards(plain):
         raise NoProgress("stuck", signature="stuck")
+
+
+def test_the_deadline_never_raises_inside_weakref_callbacks():
+    """A ``WeakKeyDictionary``'s callback runs as a key dies, anywhere: an exception there is only
+    printed ("Exception ignored in"), so the deadline fires a moment later instead."""
+    import sys
+
+    from mmharness.deadline import HERE, shelter
+
+    namespace: dict = {"__name__": "weakref", "sys": sys}
+    exec("def remove(k):\n    return sys._getframe()\n", namespace)
+    assert shelter(namespace["remove"](None)) == HERE
+    assert shelter(sys._getframe()) is None
