@@ -63,11 +63,11 @@ class Entry:
 
 
 def load_notes(path: str) -> list[Note]:
-    from mmharness.baseline import BaselineError, read_json
+    from mmharness.jsonfile import JSONFileError, read_json
 
     try:
         data = read_json(path, "an atlas notes file")
-    except BaselineError as error:
+    except JSONFileError as error:
         raise NotesError(str(error)) from None
     classes = data.get("classes") if isinstance(data, dict) else None
     if not isinstance(classes, list):

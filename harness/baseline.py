@@ -33,8 +33,10 @@ if TYPE_CHECKING:
 
 FORMAT = "mmharness.baseline/1"
 
-BaselineError = JSONFileError
-"""A baseline file that cannot be used: one class with the reader's errors, so a caller catches one."""
+
+class BaselineError(JSONFileError):
+    """A baseline file that cannot be used; a ``JSONFileError``, so a caller catches one class for a
+    file unreadable as JSON and one unusable as a baseline."""
 
 
 @dataclass(frozen=True)

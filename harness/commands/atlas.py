@@ -16,14 +16,14 @@ def add_parser(sub) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from mmharness import atlas, report
-    from mmharness.baseline import BaselineError, read_json
+    from mmharness.jsonfile import JSONFileError, read_json
     from mmharness.matrix import Matrix, NotAMatrix
 
     writable("--output", args.output)
     try:
         matrix = Matrix.from_json(read_json(args.matrix, "a matrix report"))
         notes = atlas.load_notes(args.notes) if args.notes else []
-    except BaselineError as error:
+    except JSONFileError as error:
         raise UsageError(str(error)) from None
     except NotAMatrix as error:
         raise UsageError(

@@ -288,10 +288,11 @@ def _baseline(paths: list[str] | None, current: dict):
     if not paths:
         return None
     from mmharness import baseline
+    from mmharness.jsonfile import JSONFileError
 
     try:
         return baseline.combined([baseline.load(path, current) for path in paths])
-    except baseline.BaselineError as error:
+    except JSONFileError as error:  # unreadable as JSON, or not a usable baseline (BaselineError)
         raise UsageError(f"--baseline {error}") from None
 
 

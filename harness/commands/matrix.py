@@ -164,13 +164,13 @@ def _unsharded(argv: list[str]) -> list[str]:
 
 def _merge(args: argparse.Namespace) -> int:
     from mmharness import report
-    from mmharness.baseline import BaselineError, read_json
+    from mmharness.jsonfile import JSONFileError, read_json
     from mmharness.shards import MergeError, merge
 
     writable("--json", args.json)
     try:
         matrix, settings = merge([(path, read_json(path, "a shard report")) for path in args.shards])
-    except (BaselineError, MergeError) as error:
+    except (JSONFileError, MergeError) as error:
         raise UsageError(str(error)) from None
     _show_matrix(matrix, strict=settings.strict, deadline=settings.deadline)
     if args.json:
