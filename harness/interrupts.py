@@ -67,7 +67,7 @@ def requested() -> int | None:
     return _requested
 
 
-def check() -> None:
+def stop_if_asked() -> None:
     """Stop here if a signal asked for it."""
     if _requested is not None:
         raise Stop(signal.Signals(_requested).name)

@@ -382,7 +382,7 @@ class _Search:
         @given(self.check.examples(self.device))
         def prop(example: Example) -> None:
             nonlocal calls
-            interrupts.check()
+            interrupts.stop_if_asked()
             calls += 1
             if self.on_example is not None:
                 self.on_example(self.spent + calls)

@@ -78,13 +78,13 @@ def ordered(
             try:
                 answer = _waited(future)
                 if isinstance(answer, _Nothing):  # a worker was stopped by someone else
-                    interrupts.check()
+                    interrupts.stop_if_asked()
                     raise interrupts.Stop(signal.Signals(interrupts.STOP).name)
             except interrupts.Stop:
                 yield from _drained(pool, futures[k:])
                 raise
             yield answer
-        interrupts.check()  # asked during the last unit: it may have stopped part-way
+        interrupts.stop_if_asked()  # asked during the last unit: it may have stopped part-way
     finally:
         if pool is not None:
             for process in list((getattr(pool, "_processes", None) or {}).values()):
@@ -94,7 +94,7 @@ def ordered(
 
 def _serial(function: Callable[..., T], arguments: Iterable[tuple[Any, ...]]) -> Iterator[T]:
     for args in arguments:
-        interrupts.check()
+        interrupts.stop_if_asked()
         try:
             answer = function(*args)
         except KeyboardInterrupt as stop:
@@ -103,13 +103,13 @@ def _serial(function: Callable[..., T], arguments: Iterable[tuple[Any, ...]]) ->
             yield stop.result
             raise interrupts.Stop(*stop.args) from stop
         yield answer
-    interrupts.check()  # asked during the last unit: it may have stopped part-way (``matrix._column``)
+    interrupts.stop_if_asked()  # asked during the last unit: it may have stopped part-way (matrix._column)
 
 
 def _waited(future: Future) -> Any:
     """A worker's answer, waited for in short steps so that a signal is heard at once."""
     while True:
-        interrupts.check()
+        interrupts.stop_if_asked()
         try:
             return future.result(timeout=0.2)
         except TimeoutError:

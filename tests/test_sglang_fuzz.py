@@ -22,7 +22,7 @@ import pytest
 from mmharness import cli
 from mmharness.engines.sglang import fuzz as sp
 from mmharness.engines.sglang import layout, parsers
-from mmharness.fuzz import FINDING_FORMAT, Baseline, Hang, SilentAcceptance
+from mmharness.fuzz import FINDING_FORMAT, FuzzBaseline, Hang, SilentAcceptance
 from mmharness.fuzz import payloads as fuzz_payloads
 from mmharness.targets import loader
 from mmharness.targets.base import TargetError
@@ -224,7 +224,7 @@ def test_a_baseline_lets_known_findings_through_and_only_those(fake, findings, t
         "where": "io_struct.py:GenerateReqInput.normalize_batch_and_arguments",
     }
     path.write_text(json.dumps({"format": "mmharness.fuzz-baseline/1", "known": [known]}))
-    entry = sp.entry(sp.IMAGE_DATA, fake, baseline=Baseline.load(path))
+    entry = sp.entry(sp.IMAGE_DATA, fake, baseline=FuzzBaseline.load(path))
     entry(data({"text": "bare-key-error"}))
     entry(data({"text": "bare-key-error", "image_data": None}))
     assert capsys.readouterr().err.count("known finding") == 1
@@ -285,7 +285,7 @@ def test_a_missing_third_party_package_is_stubbed_only_when_asked(tmp_path):
             """
         )
     )
-    source = parsers.locate(tmp_path)
+    source = parsers.parsers_source(tmp_path)
     before = set(sys.modules)
     engine = loader.load(
         source, layout.PARSERS, stub_packages=("mmharness_no_such_package", "mmharness_unused"), loud=False
@@ -306,14 +306,14 @@ def test_a_missing_third_party_package_is_stubbed_only_when_asked(tmp_path):
 
 def test_tensor_markers_become_tensors_within_limits():
     torch = pytest.importorskip("torch")
-    value = fuzz_payloads.materialise(
+    value = fuzz_payloads.with_tensors(
         {"a": [{"tensor": [2, 3]}, {"tensor": [1], "dtype": "int64"}], "b": {"tensor": "x"}}
     )
     first, second = value["a"]
     assert first.shape == (2, 3) and first.dtype == torch.float32 and second.dtype == torch.int64
     assert value["b"] == {"tensor": "x"}  # not a marker: passed on as a dict
     with pytest.raises(fuzz_payloads.OutsideLimits):
-        fuzz_payloads.materialise({"tensor": [1000, 1000]})
+        fuzz_payloads.with_tensors({"tensor": [1000, 1000]})
 
 
 def test_json_inputs_and_saved_findings_decode_to_payloads():
@@ -362,7 +362,7 @@ def test_every_engine_target_has_seeds_with_both_founding_scenarios():
 
 
 def test_the_baseline_lists_exactly_the_known_seeds():
-    baseline = Baseline.load(BASELINE)
+    baseline = FuzzBaseline.load(BASELINE)
     seeded = set()
     for name, seed in SEEDS:
         record = json.loads(seed.read_text())
@@ -415,7 +415,7 @@ def test_every_seed_against_sglang_0_5_23(parser, seed, release_parsers, finding
 @pytest.mark.network
 @pytest.mark.parametrize("parser", sorted(sp.TARGETS))
 def test_structured_inputs_find_nothing_new_against_sglang_0_5_23(parser, release_parsers, findings):
-    entry = sp.entry(parser, release_parsers, baseline=Baseline.load(BASELINE))
+    entry = sp.entry(parser, release_parsers, baseline=FuzzBaseline.load(BASELINE))
     for seed in range(400):
         entry(bytes((seed * 131 + i * i * 7 + i) % 256 for i in range(16 + seed % 200)))
     assert not findings.exists(), saved(findings)

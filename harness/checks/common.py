@@ -125,7 +125,7 @@ def params_problem(check: Check, case: Case, params: dict) -> str | None:
 COLLISION = "hash collision"
 
 
-def collisions_are_hazards(prop: Property) -> Property:
+def hazard_on_collision(prop: Property) -> Property:
     """A divergence on a batch where one hash has two token counts becomes a hazard, so marked.
 
     An engine hashes item content, so equal hashes with different token counts

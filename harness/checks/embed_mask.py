@@ -18,10 +18,9 @@ from mmharness.checks.outcome import (
     observe,
     template,
 )
-from mmharness.checks.prefill import UNLIMITED
 from mmharness.checks.registry import DIFFERENTIAL, check
 from mmharness.model import Case
-from mmharness.targets.base import EMBED_AND_MASK, PRECOMPUTED, Encoder, Target
+from mmharness.targets.base import EMBED_AND_MASK, PRECOMPUTED, UNLIMITED_CACHE, Encoder, Target
 
 
 def _cases(device: str):
@@ -44,7 +43,7 @@ def matches_reference(target: Target, case: Case, params: dict) -> None:
     A target without precomputed-embedding support (no R2 function) is given
     raw items only: it cannot honour what it does not implement.
     """
-    compare(target, case, Encoder(case), target.new_cache(UNLIMITED))
+    compare(target, case, Encoder(case), target.new_cache(UNLIMITED_CACHE))
 
 
 def compare(

@@ -27,10 +27,10 @@ from typing import Any
 from mmharness import reference, tensors
 from mmharness.checks.common import REFERENCE, collisions_as_hazards
 from mmharness.checks.outcome import Failure, Hazard, Outcome, observe, value_of
-from mmharness.checks.prefill import UNLIMITED, refused_collision, run, same
+from mmharness.checks.prefill import refused_collision, run, same
 from mmharness.checks.registry import DIFFERENTIAL, check
 from mmharness.model import Case, Item
-from mmharness.targets.base import DRAFT_LOOKAHEAD, WHOLE_ITEMS, Encoder, Target
+from mmharness.targets.base import DRAFT_LOOKAHEAD, UNLIMITED_CACHE, WHOLE_ITEMS, Encoder, Target
 
 
 def _option_cases(device: str, *, whole: int | None = None, drafter: int | None = None):
@@ -43,7 +43,7 @@ def _option_cases(device: str, *, whole: int | None = None, drafter: int | None 
 
 def _cache_size(case: Case, params: dict) -> int:
     rows = params.get("cache_size", 0)
-    return rows * case.row_bytes if rows > 0 else UNLIMITED
+    return rows * case.row_bytes if rows > 0 else UNLIMITED_CACHE
 
 
 def _run_with_options(target: Target, case: Case, params: dict, *, whole: bool, drafter: bool) -> Any:
@@ -237,7 +237,7 @@ def _served(target: Target, case: Case, method: str, what: str) -> Any:
     An option may look past the windows, so a clear refusal of a collision
     anywhere in the batch is allowed.
     """
-    call = partial(getattr(target, method), case, Encoder(case), cache=target.new_cache(UNLIMITED))
+    call = partial(getattr(target, method), case, Encoder(case), cache=target.new_cache(UNLIMITED_CACHE))
     outcome = observe(call)
     if refused_collision(case, outcome, anywhere=True):
         return None

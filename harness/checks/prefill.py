@@ -15,7 +15,7 @@ from mmharness import reference
 from mmharness.checks.common import (
     REFERENCE,
     blocks_in_order,
-    collisions_are_hazards,
+    hazard_on_collision,
     permute,
     permuted,
     plain,
@@ -26,9 +26,7 @@ from mmharness.checks.common import (
 from mmharness.checks.outcome import Hazard, Outcome, expect_same, is_clear_error, observe, value_of
 from mmharness.checks.registry import DIFFERENTIAL, HAZARD, METAMORPHIC, check
 from mmharness.model import Case, listed_windows
-from mmharness.targets.base import COUNT, PREFILL, SHORT_LISTS, Encoder, Target, paths_of
-
-UNLIMITED = 1 << 40
+from mmharness.targets.base import COUNT, PREFILL, SHORT_LISTS, UNLIMITED_CACHE, Encoder, Target, paths_of
 
 
 def collision_cases(device: str):
@@ -48,7 +46,7 @@ def run(
     """One ``chunked_prefill_embedding`` call with a fresh recording encoder (and cache unless given)."""
     encoder = Encoder(case, form)
     if cache is None:
-        cache = target.new_cache(UNLIMITED)
+        cache = target.new_cache(UNLIMITED_CACHE)
     call = partial(target.chunked_prefill_embedding, case, encoder, cache=cache, path=path)
     return observe(call), encoder
 
@@ -61,7 +59,7 @@ def run(
     examples=collision_cases,
     sweeps=True,
 )
-@collisions_are_hazards
+@hazard_on_collision
 def matches_reference(target: Target, case: Case, params: dict) -> None:
     """The encoder path's rows equal the reference's; a hash collision may instead raise a clear error."""
     actual = run(target, case)[0]
@@ -95,7 +93,7 @@ def refused_collision(case: Case, outcome: Outcome, *, anywhere: bool = False) -
     examples=collision_cases,
     sweeps=True,
 )
-@collisions_are_hazards
+@hazard_on_collision
 def encoder_calls(target: Target, case: Case, params: dict) -> None:
     """Only items inside a window are encoded, each ``(hash, token count)`` at most once per batch.
 
@@ -137,7 +135,7 @@ def _whole_windows(case: Case) -> Case:
     examples=collision_cases,
     sweeps=True,
 )
-@collisions_are_hazards
+@hazard_on_collision
 def cache_independent(target: Target, case: Case, params: dict) -> None:
     """Cold, warm, tiny, zero-size and evicting caches all give the cold cache's result."""
     cold = run(target, case)[0]
@@ -145,7 +143,7 @@ def cache_independent(target: Target, case: Case, params: dict) -> None:
         cold = run(REFERENCE, case)[0]
     total_rows = sum(item.token_count for _, _, item in case.items())
     for name, size in (
-        ("warm", UNLIMITED),
+        ("warm", UNLIMITED_CACHE),
         ("tiny", 2 * case.row_bytes),
         ("zero", 0),
         ("evicting", total_rows * case.row_bytes // 2),
@@ -167,7 +165,7 @@ def cache_independent(target: Target, case: Case, params: dict) -> None:
     examples=collision_cases,
     sweeps=True,
 )
-@collisions_are_hazards
+@hazard_on_collision
 def path_independent(target: Target, case: Case, params: dict) -> None:
     """Every other path and a list-per-item encoder give the default path's tensor-encoder result."""
     default, *others = paths_of(target)
@@ -196,7 +194,7 @@ def schedule_concat(target: Target, case: Case, params: dict) -> None:
     import torch
 
     whole = run(target, with_window(case, 0, 0, case.requests[0].seq_len))[0]
-    cache = target.new_cache(UNLIMITED)
+    cache = target.new_cache(UNLIMITED_CACHE)
     pieces = []
     for prefix_len, extend_len in windows(params["schedule"]):
         piece = run(target, with_window(case, 0, prefix_len, extend_len), cache=cache)[0]
@@ -240,7 +238,7 @@ def short_list_cases(device: str):
     examples=short_list_cases,
     sweeps=True,
 )
-@collisions_are_hazards
+@hazard_on_collision
 def short_lists(target: Target, case: Case, params: dict) -> None:
     """Per-request lists shorter than the batch (EAGLE's ``prefix_length``/``extend_length``): a request
     past either list's end is prefilled nowhere this step (no rows, no tokens counted, nothing encoded);

@@ -32,14 +32,14 @@ from functools import partial
 from typing import Any
 
 from mmharness import steps as program
-from mmharness.checks.common import REFERENCE, collisions_are_hazards
+from mmharness.checks.common import REFERENCE, hazard_on_collision
 from mmharness.checks.embed_mask import compare
 from mmharness.checks.options import scheduled_run
 from mmharness.checks.outcome import Failure, Hazard, Outcome, is_clear_error, observe
-from mmharness.checks.prefill import UNLIMITED, same
+from mmharness.checks.prefill import same
 from mmharness.checks.registry import DIFFERENTIAL, check
 from mmharness.model import Case
-from mmharness.targets.base import EMBED_AND_MASK, PREFILL, Encoder, Target, paths_of
+from mmharness.targets.base import EMBED_AND_MASK, PREFILL, UNLIMITED_CACHE, Encoder, Target, paths_of
 
 SCRIBBLE = 512.0
 """What a reused encoder buffer is overwritten with: exact in every dtype, and no item row holds it."""
@@ -91,7 +91,7 @@ class Machine:
     """Hashes the case gives two token counts: re-encoding those is the cache doing its job."""
 
     def __post_init__(self) -> None:
-        self.cache = self.target.new_cache(UNLIMITED)
+        self.cache = self.target.new_cache(UNLIMITED_CACHE)
         self.progress = [0] * len(self.case.requests)
         keys = [(item.hash, item.token_count) for _, _, item in self.case.items()]
         self.colliding = {h for h, n in keys if any(h == other and n != m for other, m in keys)}
@@ -124,7 +124,7 @@ class Machine:
     def _size(self, name: str) -> int:
         row = self.case.row_bytes
         rows = sum(item.token_count for _, _, item in self.case.items())
-        return {"unlimited": UNLIMITED, "half": rows * row // 2, "tiny": 2 * row, "zero": 0}[name]
+        return {"unlimited": UNLIMITED_CACHE, "half": rows * row // 2, "tiny": 2 * row, "zero": 0}[name]
 
     def _prefill(self, k: int, step: dict) -> None:
         batch = program.window_case(self.case, self.progress, step["requests"], step["lengths"])
@@ -210,7 +210,7 @@ def _scribble_hazard(failure: Failure, actual: Outcome) -> Failure:
     examples=_programs,
     params=("steps",),
 )
-@collisions_are_hazards
+@hazard_on_collision
 def stateful(target: Target, case: Case, params: dict) -> None:
     """Across a prefill program on one engine and cache, every step's rows are the reference's."""
     machine = Machine(target, case)

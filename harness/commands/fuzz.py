@@ -134,13 +134,13 @@ def _run_fuzzer(args: argparse.Namespace) -> int:
     SIGINT or SIGTERM answers 130 or 143 (libFuzzer's own answer would be 72)."""
     import importlib
 
-    from mmharness.fuzz import Baseline, findings_dir, supervised
+    from mmharness.fuzz import FuzzBaseline, findings_dir, supervised
     from mmharness.targets.base import TargetError
 
     engine = args.parser != CASE_PARSER
     writable(findings_option(args.findings)[0], str(findings_dir()), directory=True)
     try:
-        baseline = Baseline.load(args.baseline) if args.baseline else None
+        baseline = FuzzBaseline.load(args.baseline) if args.baseline else None
     except ValueError as error:
         raise UsageError(f"--baseline {error}") from None
     seeds = args.corpus or str(_seed_corpus(args.parser))

@@ -91,7 +91,7 @@ class Location:
         return f"{Path(self.file).name}:{self.function}"
 
 
-def locate(error: BaseException, files: Collection[str] = ()) -> Location | None:
+def innermost_frame(error: BaseException, files: Collection[str] = ()) -> Location | None:
     """The innermost traceback frame in one of ``files`` (any frame when ``files`` is empty).
 
     ``files`` may map each path to the name a record shows (``sglang/srt/...``),
@@ -132,7 +132,7 @@ def where_of(error: BaseException, files: Collection[str] = ()) -> str:
     """A finding's location key: the silent-acceptance kind, else the engine frame, else ``?``."""
     if isinstance(error, SilentAcceptance):
         return error.kind
-    location = locate(error, files) or locate(error)
+    location = innermost_frame(error, files) or innermost_frame(error)
     return location.where if location else "?"
 
 
@@ -171,7 +171,7 @@ def write_finding(
         record["reason"] = reason
     if files or isinstance(error, SilentAcceptance):
         record["where"] = where_of(error, files)
-        location = locate(error, files)
+        location = innermost_frame(error, files)
         if location is not None:
             record["location"] = {"file": location.file, "line": location.line, "function": location.function}
     if payload is not None:
@@ -198,13 +198,13 @@ class Known:
 
 
 @dataclass(frozen=True)
-class Baseline:
+class FuzzBaseline:
     """Known findings, matched by parser, exception class and location (never by line number)."""
 
     known: tuple[Known, ...] = ()
 
     @classmethod
-    def load(cls, path: str | os.PathLike[str]) -> Baseline:
+    def load(cls, path: str | os.PathLike[str]) -> FuzzBaseline:
         """Read a baseline file; ``ValueError`` with what is wrong (the CLI makes it a usage error)."""
         from mmharness.jsonfile import JSONFileError, read_json
 
@@ -277,7 +277,7 @@ def guarded(
     payload: Callable[[bytes], Any] | None = None,
     target: Mapping[str, str] | None = None,
     files: Collection[str] = (),
-    baseline: Baseline | None = None,
+    baseline: FuzzBaseline | None = None,
     deadline_s: float | None = None,
 ) -> Callable[[bytes], None]:
     """A ``TestOneInput`` for ``parse``: ``expected`` errors pass, others are saved, re-raised.
@@ -339,7 +339,7 @@ def bundled_main(parser: str, main: Callable[..., None], *, release: str, env: s
     if bundle is not None:
         os.environ.setdefault("MMHARNESS_CACHE", str(Path(bundle) / "mmharness-cache"))
     known = Path(bundle or "corpus") / "fuzz-baseline.json"
-    baseline = Baseline.load(known) if known.is_file() else None
+    baseline = FuzzBaseline.load(known) if known.is_file() else None
     engine, _, version = release.partition("==")
     main(sys.argv, parser=parser, target=f"{engine}=={os.environ.get(env, version)}", baseline=baseline)
 

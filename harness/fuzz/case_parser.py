@@ -12,7 +12,7 @@ import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from mmharness.fuzz import Baseline, guarded
+from mmharness.fuzz import FuzzBaseline, guarded
 
 PARSER = "case-parser"
 DICTIONARY = Path(__file__).with_name("case.dict")
@@ -20,7 +20,7 @@ DICTIONARY = Path(__file__).with_name("case.dict")
 _one_input: Callable[[bytes], None] | None = None
 
 
-def _bind(baseline: Baseline | None = None) -> Callable[[bytes], None]:
+def _bind(baseline: FuzzBaseline | None = None) -> Callable[[bytes], None]:
     """Import the parser (instrumented when ``main`` runs) and build the guarded entry point."""
     global _one_input
     from mmharness import payload
@@ -34,7 +34,7 @@ def TestOneInput(data: bytes) -> None:  # the name atheris expects
     (_one_input or _bind())(data)
 
 
-def main(argv: Sequence[str], *, baseline: Baseline | None = None) -> None:
+def main(argv: Sequence[str], *, baseline: FuzzBaseline | None = None) -> None:
     """Fuzz the parser, with coverage from ``mmharness.payload`` and ``mmharness.model`` only."""
     import atheris
 

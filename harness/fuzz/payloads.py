@@ -13,7 +13,7 @@ two ways:
 
 Either way the payload stays JSON-able (that is what a finding records); tensors
 are written ``{"tensor": [2, 3]}`` (optionally ``"dtype": "int64"``) and
-``materialise`` turns each such marker into a deterministic torch tensor of
+``with_tensors`` turns each such marker into a deterministic torch tensor of
 that shape (values ``0, 1, 2, ...`` modulo 251). A marker over the harness's own
 limits (``MAX_TENSOR_ELEMENTS``) makes the input ``OutsideLimits``: skipped,
 never a finding, since the allocation would be the harness's, not the engine's.
@@ -70,7 +70,7 @@ def tensor_shape(value: Any) -> list[int] | None:
     return shape
 
 
-def materialise(value: Any, depth: int = 0) -> Any:
+def with_tensors(value: Any, depth: int = 0) -> Any:
     """``value`` with every tensor marker replaced by its tensor (lists and dicts copied)."""
     if depth > 64:
         raise OutsideLimits("nesting deeper than 64")
@@ -78,9 +78,9 @@ def materialise(value: Any, depth: int = 0) -> Any:
     if shape is not None:
         return _tensor(shape, value.get("dtype", "float32"))
     if isinstance(value, dict):
-        return {key: materialise(item, depth + 1) for key, item in value.items()}
+        return {key: with_tensors(item, depth + 1) for key, item in value.items()}
     if isinstance(value, list):
-        return [materialise(item, depth + 1) for item in value]
+        return [with_tensors(item, depth + 1) for item in value]
     return value
 
 

@@ -38,8 +38,10 @@ ALL_CAPABILITIES = frozenset(
 )
 """What a full target has: the rules every engine follows (options such as ``WHOLE_ITEMS`` are extra)."""
 
-Path = str
+PathName = str
 """A target's name for one of its paths (``batched``, ``per_request``; ``v1``, ``v2``)."""
+UNLIMITED_CACHE = 1 << 40
+"""A cache size (bytes) no case fills: the cache never evicts."""
 EncoderForm = Literal["tensor", "list"]
 
 
@@ -98,13 +100,13 @@ def with_defaults(adapter: Any) -> Target:
     return adapter if isinstance(adapter, Target) else _WithDefaults(adapter)
 
 
-def default_paths(capabilities: Collection[str]) -> tuple[Path, ...]:
+def default_paths(capabilities: Collection[str]) -> tuple[PathName, ...]:
     """The paths of a target that names none: ``batched`` and ``per_request`` for one declaring
     ``PER_REQUEST_PATH``, any other ``batched``."""
     return ("batched", "per_request") if PER_REQUEST_PATH in capabilities else ("batched",)
 
 
-def paths_of(target: Target) -> tuple[Path, ...]:
+def paths_of(target: Target) -> tuple[PathName, ...]:
     """The paths a target can take to one answer, its default first (``Target.paths``)."""
     return tuple(target.paths)
 
@@ -195,7 +197,7 @@ class Target(Protocol):
     """Capability -> the file that should hold it and its load error (its checks: could not test)."""
 
     @property
-    def paths(self) -> tuple[Path, ...]:
+    def paths(self) -> tuple[PathName, ...]:
         """The paths this target can take to one answer (``batched``, ``per_request``; ``v1``, ``v2``),
         its default first."""
         return default_paths(self.capabilities)

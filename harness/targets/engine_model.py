@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 from mmharness import tensors
 from mmharness.model import MODALITIES, MODEL_DATA_KEYS, Case, CaseError, Item, Request, Span, problems
 from mmharness.reference import INSUFFICIENT_PREFIX, ONE_GRID_MESSAGE, PARTIAL_PRECOMPUTED_MESSAGE
-from mmharness.targets.base import ALL_CAPABILITIES, SHORT_LISTS, Encoder, FeatureItem, Path, Target
+from mmharness.targets.base import ALL_CAPABILITIES, SHORT_LISTS, Encoder, FeatureItem, PathName, Target
 
 if TYPE_CHECKING:
     import torch
@@ -259,7 +259,7 @@ class EngineModel(Target):
         return EmbeddingCache(max_size)
 
     def chunked_prefill_embedding(
-        self, case: Case, encoder: Encoder, *, cache: Any = None, path: Path = "batched"
+        self, case: Case, encoder: Encoder, *, cache: Any = None, path: PathName = "batched"
     ) -> torch.Tensor | None:
         """R3: each request's window rows, in request order; ``None`` if no window holds any.
 

@@ -22,7 +22,7 @@ from pathlib import Path as FilePath
 from typing import Any, ClassVar, Generic, TypeVar
 
 from mmharness.targets import loader
-from mmharness.targets.base import HarnessGap, Path, Target
+from mmharness.targets.base import HarnessGap, PathName, Target
 from mmharness.targets.stubs import Record
 
 
@@ -36,7 +36,7 @@ class LoadedTarget(Target):
 
     engine_label: ClassVar[str] = "the engine"
     """Who reached a stub, in a gap's message."""
-    paths: tuple[Path, ...] = ("batched",)
+    paths: tuple[PathName, ...] = ("batched",)
 
     def __init__(self, engine: loader.Engine, name: str) -> None:
         self.engine = engine

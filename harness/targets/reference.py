@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 from mmharness import reference, tensors
 from mmharness.model import Case, Item, validate
-from mmharness.targets.base import ALL_CAPABILITIES, Encoder, FeatureItem, Path, Target
+from mmharness.targets.base import ALL_CAPABILITIES, Encoder, FeatureItem, PathName, Target
 
 if TYPE_CHECKING:
     import torch
@@ -48,7 +48,7 @@ class ReferenceTarget(Target):
         return None
 
     def chunked_prefill_embedding(
-        self, case: Case, encoder: Encoder, *, cache: Any = None, path: Path = "batched"
+        self, case: Case, encoder: Encoder, *, cache: Any = None, path: PathName = "batched"
     ) -> torch.Tensor | None:
         validate(case)
         wanted = reference.chunked_prefill_embedding(case)

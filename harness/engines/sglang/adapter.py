@@ -40,13 +40,12 @@ from mmharness.engines.sglang import forms, items, layout, shims
 from mmharness.engines.sglang.forms import Found
 from mmharness.model import Case, Item, listed_windows
 from mmharness.targets import base, loader
-from mmharness.targets.base import Encoder, FeatureItem, HarnessGap, Path, TargetError
+from mmharness.targets.base import UNLIMITED_CACHE, Encoder, FeatureItem, HarnessGap, PathName, TargetError
 from mmharness.targets.loaded import Factory, LoadedTarget
 
 if TYPE_CHECKING:
     import torch
 
-UNLIMITED_CACHE = 1 << 40
 PATH_SWITCHES = ("_is_hip", "_is_npu", "_is_xpu")
 """Module flags under which SGLang's chunked prefill takes its per-request path (each one a path)."""
 PER_REQUEST = "per_request"
@@ -419,7 +418,7 @@ class SGLangTarget(LoadedTarget):
         return embed
 
     @contextmanager
-    def _installed(self, cache: Any, path: Path) -> Iterator[None]:
+    def _installed(self, cache: Any, path: PathName) -> Iterator[None]:
         """The cache as the module's ``embedding_cache`` and the path flags, for one call only.
 
         The flags are set where the chunked prefill reads them (its globals); on a
@@ -450,7 +449,7 @@ class SGLangTarget(LoadedTarget):
                 del flags[flag]
             flags.update(saved_flags)
 
-    def _check_switched(self, path: Path, batches: Sequence[_Batch]) -> None:
+    def _check_switched(self, path: PathName, batches: Sequence[_Batch]) -> None:
         """A per-request path's flag must have switched the engine's path: never read while the
         engine still batched requests together means the harness did not reach that path."""
         switch = self._switch
@@ -501,7 +500,7 @@ class SGLangTarget(LoadedTarget):
                 rules.embedding_cache = saved
 
     def chunked_prefill_embedding(
-        self, case: Case, encoder: Encoder, *, cache: Any = None, path: Path = "batched"
+        self, case: Case, encoder: Encoder, *, cache: Any = None, path: PathName = "batched"
     ) -> torch.Tensor | None:
         """R3 as the engine calls it: once per modality, each call with that modality's items and encoder
         (``embed_mm_inputs`` embeds each modality apart), the rows put back in position order as
@@ -693,7 +692,7 @@ def _in_position_order(case: Case, parts: list[tuple[str, Any]]) -> Any:
     return torch.stack([blocks[j][k] for _, _, j, k in sorted(slots)])
 
 
-def _device_gap(error: AttributeError, path: Path) -> HarnessGap | None:
+def _device_gap(error: AttributeError, path: PathName) -> HarnessGap | None:
     """A per-request path that reaches a device module torch lacks here (``torch.npu``) is a gap."""
     match = re.search(r"module 'torch' has no attribute '(\w+)'", str(error))
     if path == "batched" or match is None:

@@ -58,13 +58,13 @@ from mmharness import fuzz
 from mmharness.engines.sglang import layout, shims
 from mmharness.engines.sglang.parsers import Parsers
 from mmharness.fuzz import (
-    Baseline,
     ErrorPolicy,
+    FuzzBaseline,
     SilentAcceptance,
     guarded,
     raised_deliberately,
 )
-from mmharness.fuzz.payloads import Draw, OutsideLimits, decode_json, materialise
+from mmharness.fuzz.payloads import Draw, OutsideLimits, decode_json, with_tensors
 from mmharness.targets.base import TargetError
 
 DEFAULT_TARGET = "sglang==0.5.23"
@@ -115,7 +115,7 @@ def _request_runner(parsers: Parsers) -> Runner:
     split = callable(getattr(request_type, "__getitem__", None))
 
     def run(payload: dict[str, Any]) -> None:
-        fields = {k: materialise(payload[k]) for k in REQUEST_FIELDS if k in payload and k in accepted}
+        fields = {k: with_tensors(payload[k]) for k in REQUEST_FIELDS if k in payload and k in accepted}
         _check_fanout(fields)
         given = {key: _shallow_copy(fields.get(key)) for key in MEDIA_FIELDS}  # the engine may edit in place
         request = request_type(**fields)
@@ -214,7 +214,7 @@ def _validator_runner(parsers: Parsers) -> Runner:
     accepted = set(inspect.signature(validate).parameters)
 
     def run(payload: dict[str, Any]) -> None:
-        lists = {k: materialise(payload.get(k)) for k in MEDIA_FIELDS if k in accepted}
+        lists = {k: with_tensors(payload.get(k)) for k in MEDIA_FIELDS if k in accepted}
         validate(**lists)
         _refuse_mixed_formats(lists)
 
@@ -253,7 +253,7 @@ def _collector_runner(parsers: Parsers) -> Runner:
 
     def run(payload: dict[str, Any]) -> None:
         data, name = payload.get("data_dict"), payload.get("modality")
-        built = materialise(data)
+        built = with_tensors(data)
         if not isinstance(built, dict):  # a tensor marker is an object too, until it is built
             raise OutsideLimits("data_dict must be an object: the engine passes only dicts here")
         args: list[Any] = [built]
@@ -512,7 +512,7 @@ def entry(
     parsers: Parsers,
     *,
     strict: bool = False,
-    baseline: Baseline | None = None,
+    baseline: FuzzBaseline | None = None,
     deadline_s: float | None = DEADLINE_S,
 ) -> Callable[[bytes], None]:
     """The ``TestOneInput`` of one engine fuzz target against loaded parsers.
@@ -568,7 +568,7 @@ def main(
     *,
     parser: str,
     target: str = DEFAULT_TARGET,
-    baseline: Baseline | None = None,
+    baseline: FuzzBaseline | None = None,
     strict: bool = False,
     scratch: Path | None = None,
 ) -> None:

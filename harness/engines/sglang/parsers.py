@@ -38,10 +38,10 @@ PROCESSOR_CLASS = "BaseMultimodalProcessor"
 STUB_PACKAGES = ("PIL", "decord", "msgspec", "pydantic", "transformers", "zmq")
 """Third-party packages these files import at module level (0.4.x to 0.5.23); stubbed when missing."""
 
-SPEC_FORMS = "sglang==X, a directory holding sglang/, io_struct.py or base_processor.py"
+PARSER_SPECS = "sglang==X, a directory holding sglang/, io_struct.py or base_processor.py"
 
 
-def locate(path: str | Path, *, release: str | None = None) -> loader.Source:
+def parsers_source(path: str | Path, *, release: str | None = None) -> loader.Source:
     """The parser files under ``path`` (a directory holding ``sglang/``, or one parser file)."""
     return loader.locate(path, layout.PARSERS, release=release)
 
@@ -218,10 +218,10 @@ def resolve(spec: str, *, transform: loader.CodeTransform | None = None) -> Pars
         version = spec.removeprefix("sglang==")
         root = adapter.fetch(version)
         try:
-            source = locate(root, release=version)
+            source = parsers_source(root, release=version)
         except TargetError:
             raise TargetError(f"{spec} has no payload parsers (io_struct.py, base_processor.py)") from None
         return from_source(source, name=spec, transform=transform)
     if spec in ("reference", "sglang") or spec.startswith("mutant:"):
-        raise TargetError(f"fuzz target {spec!r}: the payload fuzzers take {SPEC_FORMS}")
-    return from_source(locate(spec), name=spec, transform=transform)
+        raise TargetError(f"fuzz target {spec!r}: the payload fuzzers take {PARSER_SPECS}")
+    return from_source(parsers_source(spec), name=spec, transform=transform)

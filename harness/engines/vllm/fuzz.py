@@ -19,7 +19,7 @@ from typing import Any
 
 from mmharness import fuzz
 from mmharness.engines.vllm import layout
-from mmharness.fuzz import Baseline, guarded
+from mmharness.fuzz import FuzzBaseline, guarded
 from mmharness.targets.base import TargetError
 
 PARSER = "vllm-mm-kwargs"
@@ -59,7 +59,7 @@ def decode(data: bytes, keys: Sequence[str]) -> dict[str, Any]:
     return hf_inputs
 
 
-def entry(target: Any, *, baseline: Baseline | None = None) -> Callable[[bytes], None]:
+def entry(target: Any, *, baseline: FuzzBaseline | None = None) -> Callable[[bytes], None]:
     """The ``TestOneInput`` against a loaded ``VLLMTarget`` with field configs."""
     configs = target.field_configs
     if not configs:
@@ -103,7 +103,7 @@ def main(
     *,
     parser: str = PARSER,
     target: str = DEFAULT_TARGET,
-    baseline: Baseline | None = None,
+    baseline: FuzzBaseline | None = None,
     strict: bool = False,
     scratch: Path | None = None,
 ) -> None:
