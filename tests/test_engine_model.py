@@ -4,7 +4,9 @@ Agreement is checked by hand-worked cases (SGLang's own chunking table among the
 across ndim, encoder forms, paths and cache sizes. Each mutant gets a witness: a
 call on a tiny case where the mutant's observable answer (value, error class and
 message prefix, or encoder log) differs from the reference's while the unmutated
-model's does not.
+model's does not. The engine options (R3w, R3d) have no reference method: there the
+unmutated model's answers are worked by hand, and each option mutant is also killed
+by the option check meant for it.
 """
 
 from __future__ import annotations
@@ -20,11 +22,22 @@ from typing import Any
 import pytest
 import torch
 from mmharness import item_data, reference, tensors
+from mmharness.checks import all_checks
+from mmharness.checks.outcome import DIVERGENCE
 from mmharness.checks.stateful import BufferReusingEncoder
 from mmharness.model import Case, CaseError, Item, Request
-from mmharness.runner import cuda_available
+from mmharness.runner import PASSED, cuda_available, run_check
 from mmharness.targets import engine_model
-from mmharness.targets.base import ALL_CAPABILITIES, SHORT_LISTS, Encoder, FeatureItem, Target, TargetError
+from mmharness.targets.base import (
+    ALL_CAPABILITIES,
+    DRAFT_LOOKAHEAD,
+    SHORT_LISTS,
+    WHOLE_ITEMS,
+    Encoder,
+    FeatureItem,
+    Target,
+    TargetError,
+)
 from mmharness.targets.engine_model import EmbeddingCache, EngineModel
 from mmharness.targets.mutants import MUTANTS, mutant
 from mmharness.targets.reference import ReferenceTarget
@@ -364,6 +377,159 @@ def test_cache_entry_of_another_row_count_is_a_miss() -> None:
     assert same(results[1], tensors.block(5, 6, second))
 
 
+# The engine options: items whole (R3w), a drafter reading ahead (R3d) ---------------
+#
+# The reference has neither option, so the model's answers here are worked by hand:
+# one step per window, stopping before an item it reaches from its first token and
+# cannot finish; the drafter's window is the step's moved one token on.
+
+CHECKS = all_checks()
+OPTION_CHECKS = ("prefill.whole_items", "prefill.draft_lookahead")
+
+
+def whole_items(case: Case) -> Witness:
+    """The rows and the steps of a prefill with items whole."""
+    return lambda t: t.whole_item_prefill(case, Encoder(case), cache=t.new_cache(HUGE))
+
+
+def drafts(case: Case) -> Witness:
+    """The rows, the steps and each drafter gather (its mask as a list) of a prefill with a drafter."""
+
+    def run(t: Target) -> tuple[Any, list[Any], list[Any]]:
+        rows, steps, gathers = t.draft_prefill(case, Encoder(case), cache=t.new_cache(HUGE))
+        return rows, steps, [(k, start, n, r, mask.tolist()) for k, start, n, r, mask in gathers]
+
+    return run
+
+
+def rows_of(case: Case, *picks: tuple[int, int, list[int]]) -> torch.Tensor:
+    """Rows ``indices`` of the item keyed ``(hash, count)``, for each pick in turn."""
+    return torch.cat([tensors.block(h, n, case)[indices] for h, n, indices in picks])
+
+
+STOPS_BEFORE = batch(request(10, 0, 6, item((2, 3), h=1), item((4, 7), h=2)))
+"""The second item starts inside the window and ends past it: the step stops at 4."""
+AT_FIRST_TOKEN = batch(request(10, 4, 4, item((4, 8))))
+"""The item starts at the step's first token and does not fit: no step at all."""
+INSIDE_AN_ITEM = batch(request(10, 3, 4, item((2, 8))))
+"""A prefix-cache hit inside an item: the step may end inside it."""
+LAST_PAST_THE_END = batch(request(10, 0, 6, item((2, 6))))
+"""The item's last position is the window's end, one past the window: the step stops at 2."""
+LAST_AT_THE_END = batch(request(10, 0, 6, item((2, 5))))
+"""The item's last position is the window's last: it fits."""
+GAP_PAST_THE_END = batch(request(12, 0, 6, item((1, 2), (7, 8))))
+"""A multi-span item whose second span is past the window: its gap counts, the step stops at 1."""
+
+WHOLE_ITEMS_ANSWERS = {
+    "stops_before": (STOPS_BEFORE, rows_of(STOPS_BEFORE, (1, 2, [0, 1])), [(0, 0, 4)]),
+    "at_first_token": (AT_FIRST_TOKEN, None, []),
+    "inside_an_item": (INSIDE_AN_ITEM, rows_of(INSIDE_AN_ITEM, (1, 7, [1, 2, 3, 4])), [(0, 3, 4)]),
+    "last_past_the_end": (LAST_PAST_THE_END, None, [(0, 0, 2)]),
+    "last_at_the_end": (LAST_AT_THE_END, rows_of(LAST_AT_THE_END, (1, 4, [0, 1, 2, 3])), [(0, 0, 6)]),
+    "gap_past_the_end": (GAP_PAST_THE_END, None, [(0, 0, 1)]),
+}
+
+
+@pytest.mark.parametrize("name", list(WHOLE_ITEMS_ANSWERS))
+def test_whole_items_by_hand(name: str) -> None:
+    case, rows, steps = WHOLE_ITEMS_ANSWERS[name]
+    assert same(observe(whole_items(case), ENGINE), ("ok", (rows, steps)))
+    assert reference.cut_items(case, steps) == []
+    scheduled = reference.scheduled_windows(case, steps)
+    assert same(observe(prefill(scheduled), REFERENCE)[1][0], [rows])  # R3's rows of what was scheduled
+
+
+REACHED = batch(request(10, 0, 4, item((1, 1), h=1), item((3, 5), h=2)))
+"""Step [0, 4), drafter window [1, 5): the second item, reached at 3, goes on at 4."""
+UNREACHED = batch(request(10, 0, 4, item((4, 5), h=3)))
+"""The item starts at the step's end: the drafter may leave it to token embeddings."""
+AT_THE_SEQUENCE_END = batch(request(4, 1, 3, item((2, 3))))
+"""The drafter's window runs one past the sequence: nothing is marked there."""
+ONLY_THE_DRAFTER_SEES = batch(request(10, 2, 3, item((0, 0), (5, 6), h=4)))
+"""Step [2, 5) holds none of the item's positions, the drafter's [3, 6) holds 5, and the step reached
+the item (it started before): encoded for the drafter though no window needs it."""
+
+DRAFT_ANSWERS = {
+    "reached": (
+        REACHED,
+        rows_of(REACHED, (1, 1, [0]), (2, 3, [0])),
+        [(0, 0, 4)],
+        [(0, 1, 4, rows_of(REACHED, (1, 1, [0]), (2, 3, [0, 1])), [True, False, True, True])],
+    ),
+    "unreached": (UNREACHED, None, [(0, 0, 4)], [(0, 1, 4, None, [False] * 4)]),
+    "at_the_sequence_end": (
+        AT_THE_SEQUENCE_END,
+        rows_of(AT_THE_SEQUENCE_END, (1, 2, [0, 1])),
+        [(0, 1, 3)],
+        [(0, 2, 3, rows_of(AT_THE_SEQUENCE_END, (1, 2, [0, 1])), [True, True, False])],
+    ),
+    "only_the_drafter_sees": (
+        ONLY_THE_DRAFTER_SEES,
+        None,
+        [(0, 2, 3)],
+        [(0, 3, 3, rows_of(ONLY_THE_DRAFTER_SEES, (4, 3, [1])), [False, False, True])],
+    ),
+}
+
+
+@pytest.mark.parametrize("name", list(DRAFT_ANSWERS))
+def test_drafts_by_hand(name: str) -> None:
+    case, rows, steps, gathers = DRAFT_ANSWERS[name]
+    assert same(observe(drafts(case), ENGINE), ("ok", (rows, steps, gathers)))
+    assert same(observe(prefill(case), REFERENCE)[1][0], [rows])  # R3's rows of the windows
+
+
+@pytest.mark.parametrize("check_id", OPTION_CHECKS)
+def test_the_option_checks_run_and_pass_on_the_engine_model(check_id: str) -> None:
+    result = run_check(CHECKS[check_id], ENGINE, profile="ci")
+    assert result.status == PASSED, result.reason or result.status
+
+
+OPTION_MUTANTS = {
+    # name: (rule, the check that kills it, the kind it fails with)
+    "whole_items_cuts_at_first_token": ("R3w", "prefill.whole_items", DIVERGENCE),
+    "whole_items_end_inclusive": ("R3w", "prefill.whole_items", DIVERGENCE),
+    "whole_items_finish_past_window": ("R3w", "prefill.whole_items", DIVERGENCE),
+    "whole_items_rows_of_window": ("R3w", "prefill.whole_items", DIVERGENCE),
+    "draft_clipped_at_step_end": ("R3d", "prefill.draft_lookahead", DIVERGENCE),
+    "draft_reads_unreached_item": ("R3d", "prefill.draft_lookahead", DIVERGENCE),
+    "draft_gather_unshifted": ("R3d", "prefill.draft_lookahead", DIVERGENCE),
+}
+"""The option mutants, with the rule each is registered under (a hazard mutant iff its kind is a hazard)."""
+
+OPTION_WITNESSES: dict[str, tuple[Witness, Any]] = {
+    # name: (a witness, the unmutated model's answer to it)
+    "whole_items_cuts_at_first_token": (whole_items(AT_FIRST_TOKEN), WHOLE_ITEMS_ANSWERS["at_first_token"]),
+    "whole_items_end_inclusive": (whole_items(LAST_PAST_THE_END), WHOLE_ITEMS_ANSWERS["last_past_the_end"]),
+    "whole_items_finish_past_window": (whole_items(STOPS_BEFORE), WHOLE_ITEMS_ANSWERS["stops_before"]),
+    "whole_items_rows_of_window": (whole_items(STOPS_BEFORE), WHOLE_ITEMS_ANSWERS["stops_before"]),
+    "draft_clipped_at_step_end": (drafts(REACHED), DRAFT_ANSWERS["reached"]),
+    "draft_reads_unreached_item": (drafts(UNREACHED), DRAFT_ANSWERS["unreached"]),
+    "draft_gather_unshifted": (drafts(REACHED), DRAFT_ANSWERS["reached"]),
+}
+
+
+@pytest.mark.parametrize("name", sorted(OPTION_WITNESSES))
+def test_option_witness_shows_the_bug(name: str) -> None:
+    witness, (_, *answer) = OPTION_WITNESSES[name]
+    assert same(observe(witness, ENGINE), ("ok", tuple(answer)))
+    actual = observe(witness, mutant(name))
+    assert not same(actual, ("ok", tuple(answer))), f"mutant {name} answered like the model: {actual}"
+
+
+@pytest.mark.parametrize("name", sorted(OPTION_MUTANTS))
+def test_the_option_checks_kill_each_option_mutant(name: str) -> None:
+    rule, check_id, kind = OPTION_MUTANTS[name]
+    assert CHECKS[check_id].rule == rule
+    result = run_check(CHECKS[check_id], mutant(name), profile="ci", stop_at=(kind,))
+    assert result.status == kind, [f.signature for f in result.findings]
+
+
+def test_option_mutants_registered_as_listed() -> None:
+    for name, (rule, _, kind) in OPTION_MUTANTS.items():
+        assert (MUTANTS[name].rule, MUTANTS[name].hazard) == (rule, kind != DIVERGENCE), name
+
+
 # Mutants: every one has a witness, and the witness shows its bug ----------------
 
 PARTIAL = PARTIAL_RAISES
@@ -490,7 +656,7 @@ WITNESSES: dict[str, Witness] = {
 
 
 def test_every_mutant_has_a_witness() -> None:
-    assert sorted(WITNESSES) == sorted(MUTANTS)
+    assert sorted(WITNESSES | OPTION_WITNESSES) == sorted(MUTANTS)
 
 
 @pytest.mark.parametrize("name", sorted(WITNESSES))
@@ -505,11 +671,11 @@ def test_witness_shows_the_bug(name: str) -> None:
 
 def test_registry() -> None:
     assert len(MUTANTS) >= 30
-    assert {m.rule for m in MUTANTS.values()} == {"R1", "R2", "R3", "R3e", "R4", "R5", "R6"}
+    assert {m.rule for m in MUTANTS.values()} == {"R1", "R2", "R3", "R3e", "R3w", "R3d", "R4", "R5", "R6"}
     assert all(name == m.name and m.description for name, m in MUTANTS.items())
     target = mutant("chunk_start_off_by_one")
     assert isinstance(target, Target) and target.name == "mutant:chunk_start_off_by_one"
-    assert target.capabilities == ALL_CAPABILITIES | {SHORT_LISTS}
+    assert target.capabilities == ALL_CAPABILITIES | {SHORT_LISTS, WHOLE_ITEMS, DRAFT_LOOKAHEAD}
     assert target.describe()["bug"] == "chunk_start_off_by_one"
     with pytest.raises(TargetError, match="unknown mutant"):
         mutant("no_such_bug")

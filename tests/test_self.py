@@ -44,8 +44,8 @@ WITNESSES = {
     "prefill.schedule_concat": "mutant:prefill_cache_warmth",
     "prefill.short_lists": "mutant:short_extend_list_indexed",
     "prefill.stateful": "mutant:resume_from_last_chunk",
-    "prefill.whole_items": None,  # an engine option; its witnesses are seeded bugs in tests/test_vllm.py
-    "prefill.draft_lookahead": None,  # an engine option; its witnesses are seeded bugs in tests/test_vllm.py
+    "prefill.whole_items": "mutant:whole_items_cuts_at_first_token",
+    "prefill.draft_lookahead": "mutant:draft_reads_unreached_item",
 }
 
 

@@ -6,7 +6,8 @@ embedding cache and one batched encoder call for the cache misses. Agreeing with
 reference on every well-formed case is what makes it trustworthy; its ``bug`` switch
 seeds one engine-style mistake at the place an engine makes it, which is how the
 harness's own tests prove that its checks catch real divergences
-(see ``mmharness.targets.mutants``).
+(see ``mmharness.targets.mutants``). It has the engine options too (R3w items
+whole, R3d a drafter reading ahead), each window prefilled in one step.
 """
 
 from __future__ import annotations
@@ -21,12 +22,20 @@ from typing import TYPE_CHECKING, Any
 from mmharness import tensors
 from mmharness.model import MODALITIES, MODEL_DATA_KEYS, Case, CaseError, Item, Request, Span, problems
 from mmharness.reference import INSUFFICIENT_PREFIX, ONE_GRID_MESSAGE, PARTIAL_PRECOMPUTED_MESSAGE
-from mmharness.targets.base import ALL_CAPABILITIES, SHORT_LISTS, Encoder, FeatureItem, PathName, Target
+from mmharness.steps import PATHS
+from mmharness.targets.base import (
+    ALL_CAPABILITIES,
+    DRAFT_LOOKAHEAD,
+    SHORT_LISTS,
+    WHOLE_ITEMS,
+    Encoder,
+    FeatureItem,
+    PathName,
+    Target,
+)
 
 if TYPE_CHECKING:
     import torch
-
-PATHS = ("batched", "per_request")
 
 
 def _torch() -> Any:
@@ -127,7 +136,7 @@ class _ModalityEncoder:
 class EngineModel(Target):
     """Every rule by index arithmetic; ``bug`` names the one seeded mistake (``None``: correct)."""
 
-    capabilities = ALL_CAPABILITIES | {SHORT_LISTS}
+    capabilities = ALL_CAPABILITIES | {SHORT_LISTS, WHOLE_ITEMS, DRAFT_LOOKAHEAD}
 
     def __init__(self, bug: str | None = None, name: str = "engine_model") -> None:
         self.bug = bug
@@ -431,6 +440,103 @@ class EngineModel(Target):
             return earlier
         cache.put(("chunk", item.hash), rows)
         return rows
+
+    # R3w and R3d: engine options -----------------------------------------------
+
+    def whole_item_prefill(
+        self, case: Case, encoder: Encoder, *, cache: Any = None
+    ) -> tuple[torch.Tensor | None, list[tuple[int, int, int]]]:
+        """R3w: each window prefilled in one step that never cuts an item it reaches from its first
+        token; the rows (R3's of what the steps scheduled) and the steps ``(request, start, tokens)``."""
+        self._validate(case)
+        steps = []
+        for k, req in enumerate(case.requests):
+            tokens = self._whole_item_stop(req) - req.prefix_len
+            if tokens > 0:
+                steps.append((k, req.prefix_len, tokens))
+        scheduled = self._scheduled(case, steps)
+        if self.bug == "whole_items_rows_of_window":
+            scheduled = case
+        return self.chunked_prefill_embedding(scheduled, encoder, cache=cache), steps
+
+    def _whole_item_stop(self, req: Request) -> int:
+        """Where the step from ``prefix_len`` ends: the window's end, or the start of the first item
+        it reaches from its first token and cannot finish there (gaps of a multi-span item included).
+
+        An item the step starts inside (a prefix-cache hit) may end past the window.
+        """
+        start, end = req.prefix_len, req.prefix_len + req.extend_len
+        last = end + 1 if self.bug == "whole_items_end_inclusive" else end  # the last position inside
+        for item in req.items:
+            extent = item.extent
+            reached = (
+                start < extent.start
+                if self.bug == "whole_items_cuts_at_first_token"
+                else start <= extent.start
+            )
+            if reached and extent.start < end and extent.stop > last:
+                return extent.stop if self.bug == "whole_items_finish_past_window" else extent.start
+        return end
+
+    @staticmethod
+    def _scheduled(case: Case, steps: Sequence[tuple[int, int, int]]) -> Case:
+        """The case with each window cut to the tokens its request's steps scheduled."""
+        done = {k: start + tokens for k, start, tokens in steps}
+        requests = tuple(
+            replace(r, extend_len=done.get(k, r.prefix_len) - r.prefix_len)
+            for k, r in enumerate(case.requests)
+        )
+        return replace(case, requests=requests)
+
+    def draft_prefill(
+        self, case: Case, encoder: Encoder, *, cache: Any = None
+    ) -> tuple[torch.Tensor | None, list[tuple[int, int, int]], list[tuple[int, int, int, Any, Any]]]:
+        """R3d: each window prefilled in one step, and after it a drafter's gather one token ahead.
+
+        The answer is R3's rows, the steps ``(request, start, tokens)`` and for each
+        step the drafter's ``(request, start, tokens, rows, mask)``: its window is the
+        step's moved one token on, its mask the positions there of every item the
+        step reached (starting before the step's end), its rows those positions'.
+        """
+        rows = self.chunked_prefill_embedding(case, encoder, cache=cache)
+        cache = self.new_cache(0) if cache is None else cache
+        steps = [(k, r.prefix_len, r.extend_len) for k, r in enumerate(case.requests) if r.extend_len > 0]
+        drafts = [self._draft(case, step, encoder, cache) for step in steps]
+        return rows, steps, drafts
+
+    def _draft(
+        self, case: Case, step: tuple[int, int, int], encoder: Encoder, cache: EmbeddingCache
+    ) -> tuple[int, int, int, torch.Tensor | None, torch.Tensor]:
+        """One step's drafter gather: its window ``[start + 1, start + tokens + 1)``."""
+        torch = _torch()
+        k, start, tokens = step
+        req = case.requests[k]
+        first = start if self.bug == "draft_gather_unshifted" else start + 1
+        window = range(first, first + tokens)
+        reach = start + tokens  # an item starting here was not reached by the step
+        if self.bug == "draft_reads_unreached_item":
+            reach = window.stop
+        marks = window.stop - 1 if self.bug == "draft_clipped_at_step_end" else window.stop
+        at: dict[int, tuple[Item, int]] = {}
+        for item in req.items:
+            if item.extent.start < reach:
+                for index, p in enumerate(item.positions()):
+                    if window.start <= p < marks:
+                        at[p] = (item, index)
+        needed = [item for item, _ in at.values()]  # one encode each (``_embed`` dedups)
+        if self.bug == "draft_reads_unreached_item":  # encoded only for what the step itself reached
+            needed = [item for item in needed if item.extent.start < start + tokens]
+        found: dict[Hashable, torch.Tensor] = {}
+        self._embed(needed, encoder, cache, found)
+        picked = []
+        for p in window:
+            if p in at:
+                item, index = at[p]
+                if self._key(item) not in found:
+                    raise RuntimeError(f"encoder cache miss: request {k}'s item at {item.extent.start}")
+                picked.append(found[self._key(item)][index : index + 1])
+        mask = torch.tensor([p in at for p in window], dtype=torch.bool, device=case.device)
+        return k, start + 1, tokens, torch.cat(picked) if picked else None, mask
 
     # R3e ----------------------------------------------------------------------
 

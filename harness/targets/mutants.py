@@ -128,6 +128,42 @@ _MUTANTS = (
         "R3",
         "an unfinished item resumes where its last chunk ended, not at the window",
     ),
+    # R3w and R3d: engine options (the model's whole_item_prefill and draft_prefill)
+    Mutant(
+        "whole_items_cuts_at_first_token",
+        "R3w",
+        "items whole: an item starting at the step's first token counts as started before it, and is cut",
+    ),
+    Mutant(
+        "whole_items_end_inclusive",
+        "R3w",
+        "items whole: an item whose last position is the window's end is taken to fit, and is cut one short",
+    ),
+    Mutant(
+        "whole_items_finish_past_window",
+        "R3w",
+        "items whole: a step runs past the window's end to finish the item it reached",
+    ),
+    Mutant(
+        "whole_items_rows_of_window",
+        "R3w",
+        "items whole: the whole window's rows are served, past where the step stopped",
+    ),
+    Mutant(
+        "draft_clipped_at_step_end",
+        "R3d",
+        "the drafter's gather stops at the step's end: its window's last position goes unmarked",
+    ),
+    Mutant(
+        "draft_reads_unreached_item",
+        "R3d",
+        "the drafter reads an item starting at the step's end, never encoded: an encoder cache miss",
+    ),
+    Mutant(
+        "draft_gather_unshifted",
+        "R3d",
+        "the drafter's gather reads the step's own window, not the window moved one on",
+    ),
     # R3e end to end
     Mutant("mask_first_placeholder_only", "R3e", "the mask uses only the first placeholder id"),
     Mutant("mask_marks_text", "R3e", "the mask marks the text tokens instead of the placeholders"),
