@@ -42,6 +42,8 @@ from mmharness.model import (
     is_well_formed,
     problems,
 )
+from mmharness.params import MAX_PARAMS, STEP_CHOICES, STEP_FLAGS, STEP_INTS, STEP_KEYS, STEP_LISTS
+from mmharness.steps import MAX_STEPS
 
 FORMAT = "mmharness.case/1"
 FORMAT_ITEM_DEVICES = "mmharness.case/1.1"
@@ -328,7 +330,6 @@ def _constant(name: str) -> object:
 # Structure --------------------------------------------------------------------
 
 _CASE_KEYS = frozenset({"format", "malformed", "params", *PROVENANCE_KEYS, *(f.name for f in fields(Case))})
-MAX_PARAMS = 16
 _REQUEST_KEYS = frozenset(f.name for f in fields(Request))
 _ITEM_KEYS = frozenset({"embedding", *(f.name for f in fields(Item))})
 _EMBEDDING_REQUIRED = ("shape", "dtype", "seed")
@@ -586,45 +587,38 @@ def _params(value: object) -> dict[str, Any]:
         raise PayloadError("params", f"expected an object, got {_kind(value)}")
     if len(value) > MAX_PARAMS:
         raise PayloadError("params", f"{len(value)} keys, more than the limit {MAX_PARAMS}")
-    params: dict[str, Any] = {}
+    read: dict[str, Any] = {}
     for key, entry in value.items():
         if key == "steps":
-            steps = _array(entry, "params", key, MAX_STEPS)
-            params[key] = [_step(step, f"params.steps[{k}]") for k, step in enumerate(steps)]
+            program = _array(entry, "params", key, MAX_STEPS)
+            read[key] = [_step(step, f"params.steps[{k}]") for k, step in enumerate(program)]
         elif type(entry) is list:
             numbers = _array(entry, "params", key, MAX_SEQ_LEN)
-            params[key] = [
+            read[key] = [
                 _int(n, "params", f"{key}[{k}]", -MAX_SEQ_LEN, MAX_SEQ_LEN) for k, n in enumerate(numbers)
             ]
         else:
-            params[key] = _int(entry, "params", key, -MAX_SEQ_LEN, MAX_SEQ_LEN)
-    return params
-
-
-MAX_STEPS = 64
-STEP_TEXT = ("op", "path", "form", "size")
-STEP_INTS = ("request", "length")
-STEP_LISTS = ("requests", "lengths")
+            read[key] = _int(entry, "params", key, -MAX_SEQ_LEN, MAX_SEQ_LEN)
+    return read
 
 
 def _step(value: object, path: str) -> dict[str, Any]:
-    """One step of a multi-step program (``mmharness.steps``): its shape here, its meaning there."""
+    """One step of a multi-step program (``mmharness.steps``): its shape here, its meaning in ``params``."""
     if type(value) is not dict:
         raise PayloadError(path, f"expected an object, got {_kind(value)}")
     step: dict[str, Any] = {}
     for key, entry in value.items():
-        if key in STEP_TEXT:
+        if key in STEP_CHOICES:
             step[key] = _text(entry, path, key)
         elif key in STEP_INTS:
             step[key] = _int(entry, path, key, 0, MAX_SEQ_LEN)
         elif key in STEP_LISTS:
             numbers = _array(entry, path, key, MAX_REQUESTS)
             step[key] = [_int(n, path, f"{key}[{k}]", 0, MAX_SEQ_LEN) for k, n in enumerate(numbers)]
-        elif key == "scribble":
+        elif key in STEP_FLAGS:
             step[key] = _bool(entry, path, key)
         else:
-            known = ", ".join((*STEP_TEXT, *STEP_INTS, *STEP_LISTS, "scribble"))
-            raise PayloadError(_at(path, key), f"unknown key; a step has {known}")
+            raise PayloadError(_at(path, key), f"unknown key; a step has {', '.join(STEP_KEYS)}")
     if "op" not in step:
         raise PayloadError(path, "a step needs an op")
     return step

@@ -56,43 +56,6 @@ def advance(case: Case, progress: list[int], step: dict) -> list[int]:
     return after
 
 
-def problem(case: Case, steps: object) -> str | None:
-    """What is wrong with a saved program for this case, or ``None``; a replayed file is user input."""
-    if not isinstance(steps, list) or len(steps) > MAX_STEPS:
-        return f"params.steps must be a list of at most {MAX_STEPS} steps"
-    count = len(case.requests)
-    for k, step in enumerate(steps):
-        where = f"params.steps[{k}]"
-        if not isinstance(step, dict) or step.get("op") not in (*CHUNKS, SKIP, CACHE):
-            return f"{where}: a step is an object with op prefill, embed, skip or cache"
-        if step["op"] in CHUNKS:
-            requests, lengths = step.get("requests"), step.get("lengths")
-            if not _indices(requests, count) or not _lengths(lengths) or len(lengths) != len(requests):
-                return f"{where}: requests (distinct indices of the case's requests) and as many lengths >= 0"
-            if step.get("path", "batched") not in PATHS or step.get("form", "tensor") not in FORMS:
-                return f"{where}: path is one of {', '.join(PATHS)}, form one of {', '.join(FORMS)}"
-        elif step["op"] == SKIP:
-            if not _indices([step.get("request")], count) or not _lengths([step.get("length")]):
-                return f"{where}: request is an index of the case's requests, length >= 0"
-        elif step.get("size") not in CACHE_SIZES:
-            return f"{where}: size is one of {', '.join(CACHE_SIZES)}"
-    return None
-
-
-def _indices(values: object, count: int) -> bool:
-    return (
-        isinstance(values, list)
-        and all(isinstance(v, int) and not isinstance(v, bool) and 0 <= v < count for v in values)
-        and len(set(values)) == len(values)
-    )
-
-
-def _lengths(values: object) -> bool:
-    return isinstance(values, list) and all(
-        isinstance(v, int) and not isinstance(v, bool) and 0 <= v <= 1 << 20 for v in values
-    )
-
-
 def edges(request: Request, start: int) -> list[int]:
     """Chunk lengths from ``start`` that end a window on a span edge (each +-1), or at the end."""
     rest = request.seq_len - start

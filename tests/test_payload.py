@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from mmharness import payload
+from mmharness import params, payload
 from mmharness import strategies as mst
 from mmharness.fuzz import FINDING_FORMAT, guarded
 from mmharness.fuzz.case_parser import TestOneInput
@@ -35,6 +35,7 @@ from mmharness.model import (
     is_well_formed,
 )
 from mmharness.payload import FORMAT, PayloadError, dump, dumps, loads, parse
+from mmharness.steps import MAX_STEPS
 
 ROOT = Path(__file__).resolve().parents[1]
 SEEDS = sorted((ROOT / "corpus" / "case-parser").glob("*"))
@@ -191,6 +192,14 @@ def test_schema_limits_match_the_parser() -> None:
     assert set(schema["properties"]) == payload._CASE_KEYS
     assert set(defs["request"]["properties"]) == payload._REQUEST_KEYS
     assert set(defs["item"]["properties"]) == payload._ITEM_KEYS
+    assert schema["properties"]["params"] == params.schema()
+
+
+def test_a_program_longer_than_the_steps_limit_is_refused_where_it_is_read() -> None:
+    step = {"op": "skip", "request": 0, "length": 1}
+    document = dump(Case((Request(4, 0, 4, ()),)), params={"steps": [step] * (MAX_STEPS + 1)})
+    with pytest.raises(PayloadError, match=r"^params\.steps: "):
+        payload.loads_document(json.dumps(document))
 
 
 # Totality -----------------------------------------------------------------------

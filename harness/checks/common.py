@@ -15,7 +15,7 @@ from mmharness.targets.reference import ReferenceTarget
 
 if TYPE_CHECKING:
     from hypothesis.strategies import SearchStrategy
-    from mmharness.checks.registry import Check, Example, Property
+    from mmharness.checks.registry import Example, Property
 
 REFERENCE = ReferenceTarget()
 
@@ -89,37 +89,6 @@ def blocks_in_order(call: Callable[[Case], Outcome], case: Case, order: list[int
         if one is not None:
             blocks.append(one.reshape(-1, one.shape[-1]))
     return Outcome(value=torch.cat(blocks) if blocks else None)
-
-
-MAX_PARAM_ROWS = 4096
-
-
-def params_problem(check: Check, case: Case, params: dict) -> str | None:
-    """What is wrong with a saved example's params for this check, or ``None``.
-
-    Replayed files are user input: a bad schedule must be a one-line error, not
-    an ``IndexError`` that reads like a target bug.
-    """
-    missing = [key for key in check.params if key not in params]
-    if missing:
-        return f"params lacks {', '.join(missing)} (check {check.id} needs {', '.join(check.params)})"
-    if "permutation" in params and sorted(params["permutation"]) != list(range(len(case.requests))):
-        return f"params.permutation is not a permutation of the {len(case.requests)} requests"
-    if "schedule" in params:
-        schedule = params["schedule"]
-        seq_len = case.requests[0].seq_len if case.requests else None
-        if seq_len is None or any(n < 1 for n in schedule) or sum(schedule) != seq_len:
-            return f"params.schedule must be positive chunk lengths summing to seq_len {seq_len}"
-    if "steps" in params:
-        from mmharness import steps
-
-        wrong = steps.problem(case, params["steps"])
-        if wrong:
-            return wrong
-    for key in ("rows", "wanted"):
-        if key in params and not 0 <= params[key] <= MAX_PARAM_ROWS:
-            return f"params.{key} must be in [0, {MAX_PARAM_ROWS}]"
-    return None
 
 
 COLLISION = "hash collision"

@@ -55,8 +55,7 @@ def run(args: argparse.Namespace) -> int:
 
 def _saved_case(path: str, target: str | None, checks: dict) -> tuple[str, str, Case, dict]:
     """A saved case file as ``(target spec, check id, case, params)``; a usage error says what is wrong."""
-    from mmharness import payload
-    from mmharness.checks.common import params_problem
+    from mmharness import params, payload
 
     try:
         document = payload.load_document(path)
@@ -69,7 +68,7 @@ def _saved_case(path: str, target: str | None, checks: dict) -> tuple[str, str, 
             named = 'names no check (it has no "check" key)'
 
         raise UsageError(f"{path}: {named}; `mmharness checks` lists them")
-    problem = params_problem(checks[check_id], document.case, document.params)
+    problem = params.problem(checks[check_id], document.case, document.params)
     if problem:
         raise UsageError(f"{path}: {problem}")
     return target or document.provenance.get("target", "reference"), check_id, document.case, document.params
