@@ -28,9 +28,8 @@ OPTIONS = (
     *("--mm-target", "--mm-device", "--mm-profile", "--mm-checks"),
     *("--mm-findings", "--mm-strict", "--mm-database"),
 )
-_TARGET = pytest.StashKey[Any]()
+_SESSION = pytest.StashKey[Any]()
 _CHECKS = pytest.StashKey[list]()
-_DATABASE = pytest.StashKey[Any]()
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -61,18 +60,22 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "mm_cuda: needs a CUDA device (mmharness skips it without one)")
     if not _asked(config):
         return
+    from mmharness.session import Session
     from mmharness.targets.base import TargetError
     from mmharness.targets.specs import resolve
 
     spec = _spec(config)
     try:
-        config.stash[_TARGET] = resolve(spec)
+        target = resolve(spec)
     except TargetError as error:
         raise pytest.UsageError(f"--mm-target {spec}: {error}") from None
     # Every other option is refused here too, once, rather than failing each check's test.
     config.stash[_CHECKS] = _checks(config)
     _findings_writable(config)
-    config.stash[_DATABASE] = _database(config)
+    profile = config.getoption("--mm-profile") or "ci"
+    config.stash[_SESSION] = Session(
+        target, spec, profile=profile, database=_database(config), findings=_findings(config)[1]
+    )
     if not config.option.file_or_dir:
         config.args = []  # the checks only, not the tests of the directory pytest was started in
 
@@ -118,7 +121,7 @@ def _database(config: pytest.Config) -> Any:
 
 
 def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config, items: list) -> None:
-    if _TARGET in config.stash:
+    if _SESSION in config.stash:
         items[:0] = CheckSuite.from_parent(session, name="mmharness").collect()
     if any(item.get_closest_marker("mm_cuda") for item in items):
         from mmharness.runner import cuda_available
@@ -152,22 +155,11 @@ class CheckItem(pytest.Item):
         self.result = None
 
     def runtest(self) -> None:
-        from mmharness import report
-        from mmharness.runner import SKIPPED, fails_run, run_check
+        from mmharness.runner import SKIPPED, fails_run
 
         config = self.config
-        spec = _spec(config)
-        result = run_check(
-            self.check,
-            config.stash[_TARGET],
-            profile=config.getoption("--mm-profile") or "ci",
-            device=self.device,
-            database=config.stash[_DATABASE],
-        )
-        _, findings = _findings(config)
-        for finding in result.findings:
-            if finding.example is not None:
-                finding.saved = report.save(result, finding, spec, findings)
+        session = config.stash[_SESSION]
+        result = session.keep(session.run(self.check, self.device))
         self.result = result
         self.user_properties.append(("mm_status", result.status))
         if result.status == SKIPPED:
@@ -189,8 +181,8 @@ class CheckItem(pytest.Item):
 @pytest.fixture(scope="session")
 def mm_target(request: pytest.FixtureRequest):
     """The target named by ``--mm-target`` (the reference when none is given)."""
-    if _TARGET in request.config.stash:
-        return request.config.stash[_TARGET]
+    if _SESSION in request.config.stash:
+        return request.config.stash[_SESSION].target
     from mmharness.targets.specs import resolve
 
     return resolve(_spec(request.config))

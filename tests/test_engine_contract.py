@@ -4,14 +4,18 @@ group, and nothing else names it.
 The shipped engines are found through the group (declared in pyproject.toml), or read from their
 packages when the metadata lacks them; a toy third engine (``tests/toy_engine``), registered by
 patching the entry points alone, gets its spec resolved and run by ``mmharness check``, listed by
-``mmharness targets``, and its fuzz target listed and described by ``mmharness fuzz``. (The pytest
-plugin is not exercised here: its tests run pytest in a subprocess, which the patch does not reach.)
+``mmharness targets``, and its fuzz target listed and described by ``mmharness fuzz``; in a process
+patched the same way (``PATCHED``), ``matrix`` and the pytest plugin run it too.
 """
 
 from __future__ import annotations
 
 import importlib.metadata
+import os
+import subprocess
+import sys
 from importlib.metadata import EntryPoint
+from pathlib import Path
 
 import pytest
 from mmharness.cli import main
@@ -20,6 +24,19 @@ from mmharness.targets import specs
 from mmharness.targets.engine import ENGINE_GROUP, Engine
 
 SHIPPED = {"sglang": "mmharness.engines.sglang", "vllm": "mmharness.engines.vllm"}
+TESTS = Path(__file__).resolve().parent
+
+PATCHED = f"""
+import importlib.metadata, sys
+real = importlib.metadata.entry_points
+def entry_points(**params):
+    found = real(**params)
+    if params.get("group") != {ENGINE_GROUP!r}:
+        return found
+    return [*found, importlib.metadata.EntryPoint("toy", "toy_engine:ENGINE", {ENGINE_GROUP!r})]
+importlib.metadata.entry_points = entry_points
+"""
+"""Registers the toy engine in a fresh process, as installing a package with the entry point would."""
 
 
 def _forget() -> None:
@@ -129,3 +146,28 @@ def test_a_broken_engine_entry_point_is_reported_and_left_out(monkeypatch, capsy
     err = capsys.readouterr().err
     assert "engine entry point 'gone': importing toy_engine_missing:ENGINE raised ModuleNotFoundError" in err
     assert "engine entry point 'notone': toy_engine:_resolve is a function, not an Engine" in err
+
+
+def run_patched(main: str, *argv: str, cwd: Path) -> subprocess.CompletedProcess:
+    """``main`` (a statement ending the process) run with the toy engine registered, in ``cwd``."""
+    path = os.pathsep.join(filter(None, [str(TESTS), os.environ.get("PYTHONPATH")]))
+    command = [sys.executable, "-c", PATCHED + main, *argv]
+    env = {**os.environ, "PYTHONPATH": path}
+    return subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True, timeout=300)
+
+
+def test_matrix_runs_the_toy_engine(tmp_path):
+    out = tmp_path / "matrix.json"
+    cli = "from mmharness.cli import main; sys.exit(main())"
+    argv = ("matrix", "--target", "toy", "--checks", "R1", "--max-examples", "10", "--json", str(out))
+    done = run_patched(cli, *argv, cwd=tmp_path)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "toy" in done.stdout and "chunk.matches_reference" in done.stdout
+    assert '"toy"' in out.read_text()
+
+
+def test_the_pytest_plugin_runs_the_toy_engine(tmp_path):
+    argv = ("-p", "no:cacheprovider", "--mm-target", "toy", "--mm-checks", "R1", "-v")
+    done = run_patched("import pytest; sys.exit(pytest.main())", *argv, cwd=tmp_path)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "chunk.matches_reference[cpu] PASSED" in done.stdout

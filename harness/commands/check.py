@@ -106,7 +106,8 @@ def add_parser(sub) -> None:
 def run(args: argparse.Namespace) -> int:
     from mmharness import baseline, interrupts, reach, report
     from mmharness.progress import Progress, summary_table
-    from mmharness.runner import cuda_available, run_check
+    from mmharness.runner import cuda_available
+    from mmharness.session import Session
     from mmharness.workers import ordered
 
     target = resolve_target(args.target)
@@ -135,12 +136,6 @@ def run(args: argparse.Namespace) -> int:
     results = []
     interrupted = False
 
-    def keep(result) -> None:
-        for finding in result.findings:
-            if finding.example is not None:
-                finding.saved = report.save(result, finding, args.target, Path(args.findings))
-        results.append(result)
-
     units = [(check, device) for device in devices for check in checks]
     options = {
         "profile": args.profile,
@@ -148,6 +143,14 @@ def run(args: argparse.Namespace) -> int:
         "seed": args.seed,
         "deadline": args.deadline,
     }
+    session = Session(
+        target,
+        args.target,
+        database=database,
+        findings=Path(args.findings),
+        regressions=regressions,
+        **options,
+    )
     if regressions:
         total = sum(len(cases) for cases in regressions.values())
         print(f"regressions: {total} saved case(s) from {args.regressions or REGRESSIONS} run first\n")
@@ -164,19 +167,7 @@ def run(args: argparse.Namespace) -> int:
                 # Interrupted, ``ordered`` yields what had started (the checks in progress with their
                 # partial results, ``interrupted``), serially or with workers, then raises ``Stop``.
                 if workers == 1:
-                    produced = ordered(
-                        lambda c, d: run_check(
-                            c,
-                            target,
-                            device=d,
-                            database=database,
-                            on_example=progress.tick,
-                            explicit=regressions.get(c.id, ()),
-                            **options,
-                        ),
-                        units,
-                        1,
-                    )
+                    produced = ordered(lambda c, d: session.run(c, d, on_example=progress.tick), units, 1)
                 else:
                     work = [
                         (
@@ -184,7 +175,7 @@ def run(args: argparse.Namespace) -> int:
                             c.id,
                             d,
                             args.database,
-                            {**options, "explicit": regressions.get(c.id, ())},
+                            {**options, "regressions": {c.id: regressions.get(c.id, ())}},
                             measured,
                         )
                         for c, d in units
@@ -196,7 +187,7 @@ def run(args: argparse.Namespace) -> int:
                     if reached is not None:  # a worker's answer carries the arcs it reached
                         result, arcs = reach.unwrapped(result)
                         reached.add(arcs)
-                    keep(result)
+                    results.append(session.keep(result))
                     if result.interrupted:  # stopped part-way: its findings are in the report below
                         continue
                     progress.line(report.result_line(result, color=color))
@@ -302,17 +293,15 @@ def _check_in_worker(
     """One check in a worker process: the target is loaded once per process, the database opened there.
     ``measured``: the engine files to measure (``--coverage``); the answer then carries the arcs reached."""
     from mmharness.checks import all_checks
-    from mmharness.runner import run_check
+    from mmharness.session import Session
 
     opened = _database(database, options["profile"])
-    check, target = all_checks()[check_id], loaded_target(spec)
+    check, session = all_checks()[check_id], Session(loaded_target(spec), spec, database=opened, **options)
     if measured:
         from mmharness import reach
 
-        return reach.measured_call(
-            measured, run_check, check, target, device=device, database=opened, **options
-        )
-    return run_check(check, target, device=device, database=opened, **options)
+        return reach.measured_call(measured, session.run, check, device)
+    return session.run(check, device)
 
 
 def _coverage_files(target) -> list[str]:
