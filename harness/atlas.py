@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from mmharness.checks.outcome import COULD_NOT_TEST, DIVERGENCE, HAZARD
-from mmharness.matrix import ERROR, Matrix, Span
+from mmharness.matrix import ERROR, REPLAY_DONE, Matrix, ReleaseRange
 from mmharness.runner import SKIPPED
 
 
@@ -52,14 +52,19 @@ class Note:
 
 @dataclass
 class Entry:
-    """A note with the findings it covers: ``(check id, span)``."""
+    """A note with the findings it covers: ``(check id, release range)``."""
 
     note: Note | None
-    found: list[tuple[str, Span]] = field(default_factory=list)
+    found: list[tuple[str, ReleaseRange]] = field(default_factory=list)
 
     def targets(self, order: Sequence[str]) -> list[str]:
-        shown = {t for _, span in self.found for t in span.targets}
+        shown = {t for _, found in self.found for t in found.targets}
         return [t for t in order if t in shown]
+
+    def by_replay(self, order: Sequence[str]) -> list[str]:
+        """The targets where only a replay showed the class: no check's search found any of it there."""
+        searched = {t for _, found in self.found for t in found.targets if t not in found.replayed}
+        return [t for t in self.targets(order) if t not in searched]
 
 
 def load_notes(path: str) -> list[Note]:
@@ -86,7 +91,7 @@ def _note(path: str, k: int, entry: object) -> Note:
 
 
 def render(matrix: Matrix, notes: Sequence[Note], *, command: str = "") -> str:
-    """The atlas document: verdicts per target, then each finding class with its span and its note.
+    """The atlas document: verdicts per target, then each finding class with its releases and its note.
 
     ``command`` is the atlas's own command line, shown after the matrix's.
     """
@@ -101,6 +106,7 @@ def render(matrix: Matrix, notes: Sequence[Note], *, command: str = "") -> str:
             " to their end may miss findings.",
             "",
         ]
+    lines += _replay_paragraph(matrix)
     lines += _verdict_table(matrix, short)
     for kind, title in (
         (DIVERGENCE, "Divergences"),
@@ -116,13 +122,34 @@ def render(matrix: Matrix, notes: Sequence[Note], *, command: str = "") -> str:
     return "\n".join(lines).rstrip() + "\n"
 
 
+def _replay_paragraph(matrix: Matrix) -> list[str]:
+    """How exact the releases of each class are: replayed everywhere, or each release's search."""
+    if matrix.replay == REPLAY_DONE:
+        return [
+            "Each class's shrunk case was replayed on every release (`mmharness matrix`, or `merge` of"
+            " its shards): a class's releases are those where its case fails that way, whether that"
+            " release's own search met it or not; those only the replay found are counted as *by replay*.",
+            "",
+        ]
+    return [
+        "**Not replayed**: a class's releases are those whose own search happened to meet it, so a"
+        " release in its range may be missing (remake the matrix without `--no-replay` for exact ranges).",
+        "",
+    ]
+
+
 def _verdict_table(matrix: Matrix, short: dict[str, str]) -> list[str]:
     statuses = (DIVERGENCE, HAZARD, COULD_NOT_TEST, SKIPPED)
     lines = [
         "## Verdicts per release",
         "",
         "`exit` is what `mmharness check --target` exits with under the CI profile (0 pass, 1 divergence,"
-        " 3 could not test).",
+        " 3 could not test)"
+        + (
+            ", counting the classes a replay found where the release's search missed them."
+            if any(matrix.cell(c, t).searched for c in matrix.checks for t in matrix.targets)
+            else "."
+        ),
         "",
         "| release | exit | checks passed | diverged | hazards | could not test | skipped |",
         "| --- | ---: | ---: | ---: | ---: | ---: | ---: |",
@@ -140,32 +167,33 @@ def _verdict_table(matrix: Matrix, short: dict[str, str]) -> list[str]:
 
 
 def _entries(matrix: Matrix, notes: Sequence[Note], kind: str) -> list[Entry]:
-    """Each note with the parts of spans it explains (in the notes' order), then what none explains."""
+    """Each note with the parts of ranges it explains (in the notes' order), then what none explains."""
     ranges = [note.within(matrix) for note in notes]
     by_note: dict[int, Entry] = {}
     unexplained: dict[str, Entry] = {}
     for check_id in matrix.checks:
-        for span in matrix.spans(check_id):
-            if span.kind != kind:
+        for found in matrix.ranges(check_id):
+            if found.kind != kind:
                 continue
-            left = list(zip(span.targets, span.found_at, strict=True))
+            left = list(zip(found.targets, found.found_at, strict=True))
             for k, note in enumerate(notes):
-                if not left or not note.covers(check_id, span.signature):
+                if not left or not note.covers(check_id, found.signature):
                     continue
                 taken = [pair for pair in left if pair[0] in ranges[k]]
                 if taken:
-                    by_note.setdefault(k, Entry(note)).found.append((check_id, _part(span, taken)))
+                    by_note.setdefault(k, Entry(note)).found.append((check_id, _part(found, taken)))
                     left = [pair for pair in left if pair not in taken]
             if left:
-                entry = unexplained.setdefault(span.signature, Entry(None))
-                entry.found.append((check_id, _part(span, left)))
+                entry = unexplained.setdefault(found.signature, Entry(None))
+                entry.found.append((check_id, _part(found, left)))
     explained = [by_note[k] for k in sorted(by_note)]
     return explained + list(unexplained.values())
 
 
-def _part(span: Span, pairs: list[tuple[str, int | None]]) -> Span:
+def _part(whole: ReleaseRange, pairs: list[tuple[str, int | None]]) -> ReleaseRange:
     targets, found_at = zip(*pairs, strict=True)
-    return Span(span.kind, span.signature, span.message, tuple(targets), tuple(found_at))
+    replayed = tuple(t for t in targets if t in whole.replayed)
+    return ReleaseRange(whole.kind, whole.signature, whole.message, targets, found_at, replayed)
 
 
 def _entry(entry: Entry, matrix: Matrix, short: dict[str, str]) -> list[str]:
@@ -173,7 +201,10 @@ def _entry(entry: Entry, matrix: Matrix, short: dict[str, str]) -> list[str]:
     where = short[targets[0]] if len(targets) == 1 else f"{short[targets[0]]} to {short[targets[-1]]}"
     note = entry.note
     title = note.name if note else f"Not yet explained: {entry.found[0][1].signature}"
-    lines = [f"### {title}", "", f"**Releases**: {where} ({len(targets)} of {len(matrix.targets)}).", ""]
+    by_replay = entry.by_replay(matrix.targets)
+    replayed = f"; {len(by_replay)} by replay: {', '.join(short[t] for t in by_replay)}" if by_replay else ""
+    count = f"{len(targets)} of {len(matrix.targets)}{replayed}"
+    lines = [f"### {title}", "", f"**Releases**: {where} ({count}).", ""]
     if note:
         lines += [
             f"**Function**: `{note.function}`.",
@@ -184,20 +215,22 @@ def _entry(entry: Entry, matrix: Matrix, short: dict[str, str]) -> list[str]:
             "",
         ]
     first: dict[str, int] = {}
-    for _, span in entry.found:
-        for target, at in zip(span.targets, span.found_at, strict=True):
+    for _, found in entry.found:
+        for target, at in zip(found.targets, found.found_at, strict=True):
             if at is not None:
                 first[target] = min(at, first.get(target, at))
     if first:
         lines += [
-            "Examples until the class is first found, per release, under the CI profile: median"
+            "Examples until the class is first found, per release whose search found it, under the CI"
+            " profile: median"
             f" {statistics.median(first.values()):g}, worst {max(first.values())}.",
             "",
         ]
     lines += ["| check | signature | releases |", "| --- | --- | --- |"]
-    for check_id, span in entry.found:
-        first, last = short[span.first], short[span.last]
-        span_where = first if first == last else f"{first}..{last}"
-        signature = span.signature.replace("|", "\\|")
-        lines.append(f"| `{check_id}` | {signature} | {span_where} ({len(span.targets)}) |")
+    for check_id, found in entry.found:
+        first, last = short[found.first], short[found.last]
+        found_where = first if first == last else f"{first}..{last}"
+        signature = found.signature.replace("|", "\\|")
+        count = f"{len(found.targets)}" + (f", {len(found.replayed)} by replay" if found.replayed else "")
+        lines.append(f"| `{check_id}` | {signature} | {found_where} ({count}) |")
     return [*lines, ""]

@@ -13,18 +13,33 @@ finished and those in progress: there, the cells of the checks that finished,
 the partial cell of the check that was running (``interrupted``, its findings
 unshrunk if need be) and ``NOT_RUN`` cells for the checks that never began; the
 findings saved so far are in its cells, serially or with workers.
+
+Replay: a search finds a way of failing on a target when its draws happen to
+meet it, so the targets whose own search found a class are a seed's luck, not
+the class's range. After the search over every target, each class (a check and
+a signature, of kind divergence or hazard) has its shrunk case (the one of the
+first target whose search found it) run once on every other target
+(``replay``): one case per class and target, no search. Where it fails the same
+way (same check, kind and signature) the target shows the class, its finding
+marked as found by replay (``Seen.by``) and its cell's status the worst of the
+search's and the replay's (``Cell.searched`` keeps the search's). A replay that
+passes, fails otherwise, is could-not-test or skips leaves the cell as its
+search said: replay only adds. Could-not-test classes are not replayed (they
+are the harness's gaps, not the engine's); so are findings with no case (the
+check could not finish). A shard cannot replay (it lacks the other shards'
+classes): ``mmharness merge`` does, on the merged matrix.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from mmharness.checks.outcome import COULD_NOT_TEST, DIVERGENCE, HAZARD
 from mmharness.checks.registry import Check
-from mmharness.runner import PASSED, SKIPPED, Interrupted, Result, fails_run, run_check
+from mmharness.runner import PASSED, SEVERITY, SKIPPED, Interrupted, Result, fails_run, run_check
 from mmharness.workers import ordered
 
 FORMAT = "mmharness.matrix/2"
@@ -42,6 +57,12 @@ SYMBOLS = {
 }
 PARTIAL = "*"
 """Marks the symbol of a cell whose check an interruption stopped part-way."""
+REPLAYED = "r"
+"""Marks the symbol of a cell where a replayed case showed a class its search missed."""
+SEARCH, REPLAY = "search", "replay"
+"""How a finding was found on its target: by the target's own search, or by replaying another's case."""
+NOT_REPLAYED, REPLAY_DONE, REPLAY_INTERRUPTED = "none", "done", "interrupted"
+"""A matrix's ``replay``: not replayed (a shard, ``--no-replay``), every class on every target, or stopped."""
 _COLORS = {
     PASSED: "32",
     DIVERGENCE: "31",
@@ -62,7 +83,13 @@ class Seen:
     message: str
     first_failure_at: int | None
     saved: str | None = None
-    """The shrunk case, when the matrix was asked to save findings."""
+    """The shrunk case's file, when the matrix was asked to save findings (by replay: the replayed one's)."""
+    case: str | None = None
+    """The shrunk case (``mmharness.case/1`` text), what a replay runs; ``None`` for replay's findings."""
+    by: str = SEARCH
+    """``SEARCH``, or ``REPLAY``: the target's search missed it, another target's case showed it here."""
+    source: str | None = None
+    """By replay: the target whose case was replayed."""
 
 
 @dataclass(frozen=True)
@@ -75,18 +102,31 @@ class Cell:
     findings: tuple[Seen, ...] = ()
     interrupted: bool = False
     """The check was stopped part-way: its status is what it had found by then."""
+    searched: str = ""
+    """The search's own status, where findings by replay made ``status`` worse ("": ``status``)."""
+
+    @property
+    def search_status(self) -> str:
+        return self.searched or self.status
+
+    @property
+    def replayed(self) -> bool:
+        """A replay found a class here that the target's own search missed."""
+        return any(seen.by == REPLAY for seen in self.findings)
 
 
 @dataclass(frozen=True)
-class Span:
-    """One way a check fails, across the targets: its kind, the targets showing it, and how soon."""
+class ReleaseRange:
+    """One way a check fails, across the targets (releases): its kind, the targets showing it, how soon."""
 
     kind: str
     signature: str
     message: str
     targets: tuple[str, ...]
     found_at: tuple[int | None, ...]
-    """Examples to the first failure of this kind, per target in ``targets``."""
+    """Examples to the first failure of this kind, per target in ``targets`` (``None``: found by replay)."""
+    replayed: tuple[str, ...] = ()
+    """Of ``targets``, those whose search missed it and where a replay of its case showed it."""
 
     @property
     def first(self) -> str:
@@ -110,6 +150,8 @@ class Matrix:
     """The command line that made it, kept in the JSON for the atlas."""
     interrupted: bool = False
     """Stopped by a signal: only the targets that finished or were in progress are in it."""
+    replay: str = NOT_REPLAYED
+    """Whether each class's case was replayed on every target (``REPLAY_DONE``): ranges are exact."""
 
     def cell(self, check_id: str, target: str) -> Cell:
         return self.cells[(check_id, target)]
@@ -124,23 +166,29 @@ class Matrix:
         failing = (t for t in self.targets if fails_run(self.cell(check_id, t).status, strict=strict))
         return next(failing, None)
 
-    def spans(self, check_id: str) -> list[Span]:
+    def ranges(self, check_id: str) -> list[ReleaseRange]:
         """Each distinct way the check fails, with the targets that show it, in target order."""
-        seen: dict[str, tuple[str, str, list[str], list[int | None]]] = {}
+        seen: dict[str, tuple[str, str, list[str], list[int | None], list[str]]] = {}
         for target in self.targets:
             for one in self.cell(check_id, target).findings:
-                entry = seen.setdefault(one.signature, (one.kind, one.message, [], []))
+                entry = seen.setdefault(one.signature, (one.kind, one.message, [], [], []))
                 entry[2].append(target)
                 entry[3].append(one.first_failure_at)
+                if one.by == REPLAY:
+                    entry[4].append(target)
         order = (DIVERGENCE, COULD_NOT_TEST, HAZARD)
-        spans = [Span(k, sig, m, tuple(ts), tuple(at)) for sig, (k, m, ts, at) in seen.items()]
-        return sorted(spans, key=lambda s: (order.index(s.kind), self.targets.index(s.first), s.signature))
+        ranges = [
+            ReleaseRange(k, sig, m, tuple(ts), tuple(at), tuple(by))
+            for sig, (k, m, ts, at, by) in seen.items()
+        ]
+        return sorted(ranges, key=lambda s: (order.index(s.kind), self.targets.index(s.first), s.signature))
 
     def as_json(self, *, strict: bool = False) -> dict[str, Any]:
         return {
             "format": FORMAT,
             "command": self.command,
             "interrupted": self.interrupted,
+            "replay": self.replay,
             "targets": [
                 {"spec": t, "release": self.releases.get(t), "error": self.target_errors.get(t)}
                 for t in self.targets
@@ -158,12 +206,14 @@ class Matrix:
                             "last": s.last,
                             "targets": list(s.targets),
                             "first_failure_at": list(s.found_at),
+                            "replayed": list(s.replayed),
                         }
-                        for s in self.spans(c)
+                        for s in self.ranges(c)
                     ],
                     "results": {
                         t: {
                             "status": self.cell(c, t).status,
+                            "search_status": self.cell(c, t).search_status,
                             "reason": self.cell(c, t).reason,
                             "examples": self.cell(c, t).examples_run,
                             "interrupted": self.cell(c, t).interrupted,
@@ -174,6 +224,9 @@ class Matrix:
                                     "message": one.message,
                                     "first_failure_at": one.first_failure_at,
                                     **({"saved": one.saved} if one.saved else {}),
+                                    "by": one.by,
+                                    **({"source": one.source} if one.source else {}),
+                                    **({"case": one.case} if one.case else {}),
                                 }
                                 for one in self.cell(c, t).findings
                             ],
@@ -204,6 +257,7 @@ class Matrix:
         targets = [t["spec"] for t in data["targets"]]
         matrix = cls(targets, [c["id"] for c in data["checks"]], command=data.get("command", ""))
         matrix.interrupted = bool(data.get("interrupted", False))
+        matrix.replay = str(data.get("replay", NOT_REPLAYED))  # older reports: not replayed
         for t in data["targets"]:
             if t.get("error"):
                 matrix.target_errors[t["spec"]] = t["error"]
@@ -213,7 +267,11 @@ class Matrix:
             for spec, cell in c["results"].items():
                 findings = tuple(Seen(**one) for one in cell["findings"])
                 interrupted = bool(cell.get("interrupted", False))
-                cell_of = Cell(cell["status"], cell["reason"], cell["examples"], findings, interrupted)
+                searched = cell.get("search_status", cell["status"])
+                searched = "" if searched == cell["status"] else str(searched)
+                cell_of = Cell(
+                    cell["status"], cell["reason"], cell["examples"], findings, interrupted, searched
+                )
                 matrix.cells[(c["id"], spec)] = cell_of
         missing = [(c, t) for c in matrix.checks for t in targets if (c, t) not in matrix.cells]
         if missing:
@@ -280,14 +338,16 @@ def _column(
 
 def _cell(result: Result, spec: str, findings: str | None) -> Cell:
     """A check's result as a cell, its findings saved under ``findings`` when given."""
-    from mmharness import report
+    from mmharness import payload, report
 
     seen = []
     for f in result.findings:
-        saved = None
-        if findings is not None and f.example is not None:
-            saved = report.save(result, f, spec, Path(findings) / _slug(spec))
-        seen.append(Seen(f.kind, f.signature, f.failure.message, f.first_failure_at, saved))
+        saved = case = None
+        if f.example is not None:
+            case = payload.dumps(f.example[0], params=f.example[1])
+            if findings is not None:
+                saved = report.save(result, f, spec, Path(findings) / _slug(spec))
+        seen.append(Seen(f.kind, f.signature, f.failure.message, f.first_failure_at, saved, case))
     return Cell(result.status, result.reason, result.examples_run, tuple(seen), result.interrupted)
 
 
@@ -303,6 +363,8 @@ def run_matrix(
     command: str = "",
     findings: str | None = None,
     deadline: float | None = None,
+    replay: bool = True,
+    replayed: Callable[[str, int, int], None] | None = None,
 ) -> Matrix:
     """Run each check on each target; a target that does not load gets errors in its column.
 
@@ -310,6 +372,8 @@ def run_matrix(
     checks that ran on it (``None``: it did not load). Interrupted
     (``mmharness.interrupts``), it keeps the targets that finished and those in
     progress, and says so (``interrupted``); worker processes are stopped.
+    With ``replay`` (unless interrupted), every class's case is then replayed on
+    every target (``replay_classes``; ``replayed`` is its ``progress``).
     """
     matrix = Matrix(targets=list(specs), checks=[c.id for c in checks], command=command)
     args = [(spec, matrix.checks, profile, max_examples, seed, findings, deadline) for spec in specs]
@@ -323,7 +387,136 @@ def run_matrix(
         matrix.cells = {(c, t): cell for (c, t), cell in matrix.cells.items() if t in begun}
     finally:
         columns.close()  # stops the workers
+    if replay and not matrix.interrupted:
+        replay_classes(matrix, workers=workers, deadline=deadline, progress=replayed)
     return matrix
+
+
+@dataclass(frozen=True)
+class _Class:
+    """One class to replay: its check, kind, signature, and the case (and file) of the first target
+    whose search found it."""
+
+    check: str
+    kind: str
+    signature: str
+    case: str
+    source: str
+    saved: str | None
+
+
+def classes(matrix: Matrix) -> list[_Class]:
+    """The classes a replay runs: each (check, signature) of kind divergence or hazard that some
+    target's search found with a case, with the case of the first such target (in the matrix's order)."""
+    found: dict[tuple[str, str], _Class] = {}
+    for check_id in matrix.checks:
+        for target in matrix.targets:
+            for one in matrix.cell(check_id, target).findings:
+                if one.by != SEARCH or one.kind == COULD_NOT_TEST or one.case is None:
+                    continue
+                one_class = _Class(check_id, one.kind, one.signature, one.case, target, one.saved)
+                found.setdefault((check_id, one.signature), one_class)
+    return list(found.values())
+
+
+def _to_replay(matrix: Matrix, target: str, every: Sequence[_Class]) -> list[_Class]:
+    """The classes worth replaying on a target: those its search did not find, on a check it ran."""
+    if target in matrix.target_errors:
+        return []
+    work = []
+    for one in every:
+        cell = matrix.cell(one.check, target)
+        if cell.status in (SKIPPED, ERROR, NOT_RUN) or cell.interrupted:
+            continue
+        if any(seen.signature == one.signature for seen in cell.findings):
+            continue
+        work.append(one)
+    return work
+
+
+def replay_classes(
+    matrix: Matrix,
+    *,
+    workers: int = 1,
+    deadline: float | None = None,
+    progress: Callable[[str, int, int], None] | None = None,
+) -> None:
+    """Replay each class's case on every target whose search missed it; add what reproduces.
+
+    One run per class and target (``runner.replay``), in ``workers`` processes
+    (one per target). ``deadline`` as the search's. ``progress`` is told each
+    target with the cases replayed on it and how many showed their class.
+    Interrupted, the targets replayed so far keep their findings and the
+    matrix says ``REPLAY_INTERRUPTED``.
+    """
+    from mmharness import interrupts
+
+    every = classes(matrix)
+    work = [(t, _to_replay(matrix, t, every)) for t in matrix.targets]
+    work = [(t, todo) for t, todo in work if todo]
+    args = [(t, [(c.check, c.kind, c.signature, c.case) for c in todo], deadline) for t, todo in work]
+    answers = ordered(_replay_column, args, min(workers, len(args)) if args else 1)
+    try:
+        for (target, todo), (_, messages) in zip(work, answers, strict=False):
+            shown = 0
+            for one, message in zip(todo, messages, strict=False):
+                if message is not None:
+                    _add(matrix, target, one, message)
+                    shown += 1
+            if progress:
+                progress(target, len(messages), shown)
+        interrupts.stop_if_asked()  # asked during the last target: it may have stopped part-way
+        matrix.replay = REPLAY_DONE
+    except KeyboardInterrupt:
+        matrix.replay = REPLAY_INTERRUPTED
+        matrix.interrupted = True
+    finally:
+        answers.close()
+
+
+def _add(matrix: Matrix, target: str, one: _Class, message: str) -> None:
+    """A class shown on a target by replaying its case: a finding by replay, the status the worse."""
+    cell = matrix.cell(one.check, target)
+    seen = Seen(one.kind, one.signature, message, None, one.saved, by=REPLAY, source=one.source)
+    worst = next(k for k in (*SEVERITY, PASSED) if k in (cell.status, one.kind))
+    searched = cell.searched or (cell.status if worst != cell.status else "")
+    matrix.cells[(one.check, target)] = replace(
+        cell, status=worst, findings=(*cell.findings, seen), searched=searched
+    )
+
+
+def _replay_column(
+    spec: str, work: Sequence[tuple[str, str, str, str]], deadline: float | None
+) -> tuple[str, list[str | None]]:
+    """Replay ``(check id, kind, signature, case)``s on one target (in a worker process): per case,
+    the message of a failure of that kind and signature, else ``None``. Stopped, those so far."""
+    from mmharness import interrupts, payload
+    from mmharness.checks import all_checks
+    from mmharness.runner import replay
+    from mmharness.targets.base import TargetError
+    from mmharness.targets.specs import resolve
+
+    try:
+        target = resolve(spec)
+    except TargetError:
+        return spec, [None] * len(work)
+    checks = all_checks()
+    messages: list[str | None] = []
+    for check_id, kind, signature, text in work:
+        if interrupts.requested() is not None:
+            break
+        try:  # a report's case and check, which merge reads from files
+            document, check = payload.loads_document(text), checks[check_id]
+        except (payload.PayloadError, KeyError):
+            messages.append(None)
+            continue
+        try:
+            result = replay(check, target, (document.case, document.params), deadline=deadline)
+        except KeyboardInterrupt:  # stopped inside the case
+            break
+        same = [f for f in result.findings if f.kind == kind and f.signature == signature]
+        messages.append(same[0].failure.message if same else None)
+    return spec, messages
 
 
 def _slug(spec: str) -> str:
@@ -345,20 +538,24 @@ def _collect(matrix: Matrix, columns, progress) -> None:
 
 
 def render(matrix: Matrix, *, color: bool = False, strict: bool = False) -> str:
-    """A fixed-width table (a row per check, a column per target), then each way of failing with its span."""
+    """A fixed-width table (a row per check, a column per target), then each way of failing, its targets."""
     headers = ["check", *matrix.targets, "first failing"]
     rows = []
     for check_id in matrix.checks:
         cells = [matrix.cell(check_id, t) for t in matrix.targets]
         rows.append((check_id, cells, matrix.first_failing(check_id, strict=strict) or "-"))
     partial = any(cell.interrupted for _, cells, _ in rows for cell in cells)
-    symbol = max(len(s) for s in SYMBOLS.values()) + (len(PARTIAL) if partial else 0)
+    replayed = any(cell.replayed for _, cells, _ in rows for cell in cells)
+    marks = (len(PARTIAL) if partial else 0) + (len(REPLAYED) if replayed else 0)
+    symbol = max(len(s) for s in SYMBOLS.values()) + marks
     widths = [max(len(headers[0]), *(len(r[0]) for r in rows))] if rows else [len(headers[0])]
     widths += [max(len(t), symbol) for t in matrix.targets]
     widths.append(max(len(headers[-1]), *(len(r[2]) for r in rows)) if rows else len(headers[-1]))
 
     def paint(cell: Cell, width: int) -> str:
-        text = (SYMBOLS[cell.status] + (PARTIAL if cell.interrupted else "")).ljust(width)
+        marked = PARTIAL if cell.interrupted else ""
+        marked += REPLAYED if cell.replayed else ""
+        text = (SYMBOLS[cell.status] + marked).ljust(width)
         return f"\033[{_COLORS[cell.status]}m{text}\033[0m" if color else text
 
     lines = ["  ".join(h.ljust(w) for h, w in zip(headers, widths, strict=True)).rstrip()]
@@ -367,9 +564,11 @@ def render(matrix: Matrix, *, color: bool = False, strict: bool = False) -> str:
         painted = [paint(c, w) for c, w in zip(cells, widths[1:-1], strict=True)]
         lines.append("  ".join([check_id.ljust(widths[0]), *painted, first]).rstrip())
     for check_id in matrix.checks:
-        for span in matrix.spans(check_id):
-            where = span.first if span.first == span.last else f"{span.first} .. {span.last}"
-            lines.append(f"{check_id} [{span.kind}] {where} ({len(span.targets)}): {span.signature}")
+        for one in matrix.ranges(check_id):
+            where = one.first if one.first == one.last else f"{one.first} .. {one.last}"
+            count = f"{len(one.targets)}" + (f", {len(one.replayed)} by replay" if one.replayed else "")
+            lines.append(f"{check_id} [{one.kind}] {where} ({count}): {one.signature}")
+    lines.append(_replay_line(matrix))
     for spec, error in matrix.target_errors.items():
         lines.append(f"{spec}: {error}")
     if matrix.interrupted:
@@ -383,3 +582,16 @@ def render(matrix: Matrix, *, color: bool = False, strict: bool = False) -> str:
             )
         lines.append(line)
     return "\n".join(lines)
+
+
+def _replay_line(matrix: Matrix) -> str:
+    """What the ranges above are: exact (every class replayed on every target), or each search's luck."""
+    if matrix.replay == REPLAY_DONE:
+        added = sum(seen.by == REPLAY for cell in matrix.cells.values() for seen in cell.findings)
+        return (
+            f"replayed: each class's case on every target; {added} finding(s) by replay"
+            f" ({REPLAYED}: a cell with a class its search missed)"
+        )
+    if matrix.replay == REPLAY_INTERRUPTED:
+        return "replay interrupted: a class's range may miss targets whose search missed it"
+    return "not replayed: a class's range is the targets whose own search found it"

@@ -22,10 +22,20 @@ shard's own report still reads alone (``mmharness atlas``). An interrupted
 shard is merged, and the merged report says ``interrupted`` as the unsharded
 run's would.
 
+Replay (``mmharness.matrix.replay_classes``: each class's shrunk case run on
+every target) needs every class, so a shard never replays: ``merge`` does, on
+the joined matrix, loading each target (``-n`` at once), so that the merged
+report is the unsharded run's, exact ranges included. Each finding's case
+travels in its shard's report (``case``), so no findings directory is needed.
+A matrix run with ``--no-replay`` is merged without (``Settings.no_replay``), and
+``merge --no-replay`` only joins, loading nothing: its report says it was not
+replayed. An interrupted shard's matrix is not replayed either.
+
 Merging is a command of its own, as ``coverage combine`` and ``playwright
-merge-reports`` are, rather than a ``matrix`` option: it runs nothing, so
-none of matrix's options but ``--json`` would mean anything beside it, and
-like ``mmharness atlas`` it reads reports.
+merge-reports`` are, rather than a ``matrix`` option: it runs no search (only
+the replay, under the settings the shards ran with), so none of matrix's
+options but ``--json`` and ``-n`` would mean anything beside it, and like
+``mmharness atlas`` it reads reports.
 """
 
 from __future__ import annotations
@@ -81,6 +91,9 @@ class Settings:
     max_examples: int | None = field(metadata={"flag": "--max-examples"})
     deadline: float | None = field(metadata={"flag": "--deadline"})
     strict: bool = field(metadata={"flag": "--strict"})
+    no_replay: bool = field(default=False, metadata={"flag": "--no-replay"})
+    """``merge`` does not replay the classes, as the unsharded command would not (a report from
+    before replay has none: it replays)."""
 
 
 @dataclass(frozen=True)

@@ -52,7 +52,7 @@ def test_text_and_json_forms():
 
 def test_each_way_of_failing_has_its_span():
     matrix = run_matrix(THREE, CHECKS, "ci")
-    spans = matrix.spans("chunk.matches_reference")
+    spans = matrix.ranges("chunk.matches_reference")
     assert spans and {s.kind for s in spans} == {DIVERGENCE}
     for span in spans:
         assert "reference" not in span.targets

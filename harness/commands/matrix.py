@@ -1,5 +1,12 @@
 """``mmharness matrix``: checks x targets, one table (``--shard I/N``: a CI job's share of the targets);
-``mmharness merge``: the shards' reports joined back into the unsharded matrix's."""
+``mmharness merge``: the shards' reports joined back into the unsharded matrix's.
+
+After its search, ``matrix`` replays every class's shrunk case on every target
+(``mmharness.matrix.replay_classes``), so a class's range is exact rather than
+what each target's search happened to draw. A shard cannot (it lacks the
+other shards' classes): ``merge`` replays on the merged matrix, so the merged
+report is still the unsharded one's. ``--no-replay`` (on ``matrix``, or on
+``merge`` for a quick join where the releases cannot be loaded) skips it."""
 
 from __future__ import annotations
 
@@ -33,7 +40,16 @@ def _shard(value: str) -> tuple[int, int]:
 
 
 def add_parser(sub) -> None:
-    matrix = sub.add_parser("matrix", help="run checks over several targets; a check x target table")
+    matrix = sub.add_parser(
+        "matrix",
+        help="run checks over several targets; a check x target table",
+        description="Run the checks on each target, then replay each class's shrunk case (a check and a"
+        " failure signature, with the case of the first target whose search found it) once on every"
+        " target whose search missed it: where it fails the same way, the target shows the class too"
+        ' (marked \'r\' in the table, "by": "replay" in --json), so a class\'s first and last target are'
+        " exact. With --shard I/N there is no replay (a shard has only its own classes): `mmharness"
+        " merge` replays on the joined matrix.",
+    )
     matrix.add_argument(
         "--target",
         action="append",
@@ -59,14 +75,39 @@ def add_parser(sub) -> None:
         "--shard",
         type=_shard,
         metavar="I/N",
-        help="run the I-th of N shares of the targets (every N-th, in order); `mmharness merge` joins them",
+        help="run the I-th of N shares of the targets (every N-th, in order); `mmharness merge` joins them"
+        " and replays the classes (a shard has only its own)",
+    )
+    matrix.add_argument(
+        "--no-replay",
+        dest="replay",
+        action="store_false",
+        help="after the search, do not replay each class's shrunk case on every target (one run per class"
+        " and target; the targets where it fails the same way show the class, marked 'by replay'): a"
+        " class's range is then only the targets whose own search found it",
     )
 
     merge = sub.add_parser(
-        "merge", help="join the --json reports of `matrix --shard I/N` into the unsharded matrix's report"
+        "merge",
+        help="join the --json reports of `matrix --shard I/N` into the unsharded matrix's report,"
+        " replaying every class's case on every target as the unsharded matrix does",
+        description="Join the shards' reports into the unsharded matrix's, then replay every class's"
+        " shrunk case (carried in the reports) on every target whose search missed it, as the unsharded"
+        " `mmharness matrix` does after its search: a shard cannot, it has only its own classes. This"
+        " loads every target (-n N at once); --no-replay only joins.",
     )
     merge.add_argument("shards", nargs="+", metavar="SHARD.json", help="every shard's report, any order")
     merge.add_argument("--json", metavar="FILE", help="write the merged table as JSON")
+    merge.add_argument(
+        "-n", "--workers", default="1", metavar="N", help="replay on N targets at once, or auto: one per core"
+    )
+    merge.add_argument(
+        "--no-replay",
+        dest="replay",
+        action="store_false",
+        help="only join: load no target (a class's range is then the targets whose search found it);"
+        " the shards' own --no-replay does the same",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -109,12 +150,18 @@ def _matrix(args: argparse.Namespace) -> int:
             command=command_line(args.argv),
             findings=args.findings,
             deadline=args.deadline,
+            replay=False,
         )
+    if args.replay and not args.shard and not matrix.interrupted:
+        with interrupts.handled():
+            _replay(matrix, workers, args.deadline)
     _show_matrix(matrix, strict=args.strict, deadline=deadline)
     if args.json:
         document = matrix.as_json(strict=args.strict)
         if args.shard:
-            settings = shards.Settings(args.profile, args.seed, args.max_examples, deadline, args.strict)
+            settings = shards.Settings(
+                args.profile, args.seed, args.max_examples, deadline, args.strict, not args.replay
+            )
             whole = command_line(_unsharded(args.argv))
             shard = shards.Shard(*args.shard, tuple(args.targets), settings, whole)
             document = shards.report(matrix, shard)
@@ -122,6 +169,21 @@ def _matrix(args: argparse.Namespace) -> int:
     if matrix.interrupted:
         return interrupts.exit_code()
     return _matrix_exit_code(matrix, strict=args.strict)
+
+
+def _replay(matrix, workers: int, deadline: float | None) -> None:
+    """Replay every class's case on every target (``replay_classes``), a line per target replayed."""
+    from mmharness.matrix import classes, replay_classes
+    from mmharness.progress import Progress
+
+    count = len(classes(matrix))
+    print(f"replaying {count} class(es)' cases on the targets whose search missed them", file=sys.stderr)
+    with Progress(len(matrix.targets), "targets", stream=sys.stderr) as progress:
+
+        def done(spec: str, cases: int, shown: int) -> None:
+            progress.line(f"  {spec}: {cases} case(s) replayed, {shown} failed the same way")
+
+        replay_classes(matrix, workers=workers, deadline=deadline, progress=done)
 
 
 def _show_matrix(matrix, *, strict: bool, deadline: float | None) -> None:
@@ -163,16 +225,23 @@ def _unsharded(argv: list[str]) -> list[str]:
 
 
 def _merge(args: argparse.Namespace) -> int:
-    from mmharness import report
+    from mmharness import interrupts, report
     from mmharness.jsonfile import JSONFileError, read_json
+    from mmharness.matrix import REPLAY_INTERRUPTED
     from mmharness.shards import MergeError, merge
 
+    workers = worker_count(args.workers)
     writable("--json", args.json)
     try:
         matrix, settings = merge([(path, read_json(path, "a shard report")) for path in args.shards])
     except (JSONFileError, MergeError) as error:
         raise UsageError(str(error)) from None
+    if args.replay and not settings.no_replay and not matrix.interrupted:
+        with interrupts.handled():  # under the deadline the shards' checks ran under (None: none, so 0)
+            _replay(matrix, workers, 0 if settings.deadline is None else settings.deadline)
     _show_matrix(matrix, strict=settings.strict, deadline=settings.deadline)
     if args.json:
         report.write(args.json, json.dumps(matrix.as_json(strict=settings.strict), indent=2) + "\n")
+    if matrix.replay == REPLAY_INTERRUPTED:
+        return interrupts.exit_code()
     return _matrix_exit_code(matrix, strict=settings.strict)

@@ -1,0 +1,241 @@
+"""``matrix`` replays each class's shrunk case on every target: a class's range is where its case fails,
+not where each target's search happened to meet it; ``merge`` replays for shards."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from mmharness import atlas
+from mmharness.checks import select
+from mmharness.checks.outcome import COULD_NOT_TEST, DIVERGENCE, HAZARD, CouldNotTest, Failure
+from mmharness.matrix import (
+    NOT_REPLAYED,
+    REPLAY,
+    REPLAY_DONE,
+    SEARCH,
+    Cell,
+    Matrix,
+    render,
+    replay_classes,
+    run_matrix,
+)
+from mmharness.runner import PASSED, SKIPPED, Finding, Result
+
+CHECK = "chunk.matches_reference"
+FOUND, CLEAN, TWIN = "mutant:chunk_start_off_by_one", "reference", "twin_adapter:start"
+TWIN_MODULE = """
+from mmharness.targets.mutants import mutant
+
+
+def start():
+    return mutant("chunk_start_off_by_one")
+"""
+
+
+@pytest.fixture
+def missed(tmp_path, monkeypatch) -> Matrix:
+    """A searched, unreplayed matrix over a mutant, the reference and the mutant's twin (the same bug under
+    another spec) whose search is made to have missed the bug: its cell as a clean search's."""
+    (tmp_path / "twin_adapter.py").write_text(TWIN_MODULE)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    matrix = run_matrix([FOUND, CLEAN, TWIN], select([CHECK]), "ci", max_examples=30, replay=False)
+    assert matrix.replay == NOT_REPLAYED
+    assert matrix.cell(CHECK, TWIN).status == DIVERGENCE, "the twin has the mutant's bug"
+    matrix.cells[(CHECK, TWIN)] = Cell(PASSED, examples_run=30)
+    return matrix
+
+
+def test_replay_shows_a_class_on_a_target_whose_search_missed_it(missed):
+    searched = {r.signature: r.targets for r in missed.ranges(CHECK)}
+    assert searched and all(targets == (FOUND,) for targets in searched.values())
+
+    replay_classes(missed)
+
+    assert missed.replay == REPLAY_DONE
+    twin = missed.cell(CHECK, TWIN)
+    assert (twin.status, twin.search_status, twin.replayed) == (DIVERGENCE, PASSED, True)
+    assert {seen.signature for seen in twin.findings} == set(searched)
+    assert all((seen.by, seen.source, seen.case) == (REPLAY, FOUND, None) for seen in twin.findings)
+    assert missed.cell(CHECK, CLEAN) == Cell(PASSED, examples_run=30), (
+        "a clean replay keeps the search's cell"
+    )
+    for found in missed.ranges(CHECK):
+        assert (found.first, found.last, found.replayed) == (FOUND, TWIN, (TWIN,))
+        assert found.found_at[0] >= 1 and found.found_at[1] is None
+
+    text = render(missed)
+    assert text.splitlines()[2].split() == [CHECK, "DIVERGE", "pass", "DIVERGEr", FOUND]
+    assert f"{FOUND} .. {TWIN} (2, 1 by replay)" in text
+    assert f"replayed: each class's case on every target; {len(searched)} finding(s) by replay" in text
+    document = atlas.render(missed, [])
+    assert f"(2 of 3; 1 by replay: {TWIN})" in document and "(2, 1 by replay) |" in document
+    assert "counting the classes a replay found" in document and "was replayed on every release" in document
+
+
+def test_which_findings_came_by_replay_is_in_the_json_and_round_trips(missed):
+    replay_classes(missed)
+    data = json.loads(json.dumps(missed.as_json()))
+    assert data["replay"] == REPLAY_DONE
+    (check,) = data["checks"]
+    assert all(one["replayed"] == [TWIN] and one["targets"] == [FOUND, TWIN] for one in check["findings"])
+    twin, found = check["results"][TWIN], check["results"][FOUND]
+    assert (twin["status"], twin["search_status"]) == (DIVERGENCE, PASSED)
+    assert {(one["by"], one["source"]) for one in twin["findings"]} == {(REPLAY, FOUND)}
+    assert all(one["by"] == SEARCH and one["case"].startswith("{") for one in found["findings"])
+    again = Matrix.from_json(data)
+    assert again.cells == missed.cells and again.replay == REPLAY_DONE
+    older = json.loads(json.dumps(data))  # a report from before replay: none of its fields
+    del older["replay"]
+    for results in older["checks"][0]["results"].values():
+        del results["search_status"]
+        for one in results["findings"]:
+            for key in ("by", "source", "case"):
+                one.pop(key, None)
+    assert Matrix.from_json(older).replay == NOT_REPLAYED
+    assert "**Not replayed**" in atlas.render(Matrix.from_json(older), [])
+
+
+def _answer(status: str, signature: str):
+    """A stand-in for ``runner.replay`` whose every replay ends ``status`` (with ``signature``)."""
+    kinds = {COULD_NOT_TEST: CouldNotTest, DIVERGENCE: Failure}
+
+    def replay(check, target, example, *, deadline=None):
+        if status == SKIPPED:
+            return Result(check, SKIPPED, reason="lacks it")
+        failure = kinds[status]("m", expected="e", actual="a", signature=signature)
+        finding = Finding(failure.kind, signature, failure, example, 1)
+        return Result(check, status, reason="m", findings=[finding], examples_run=1)
+
+    return replay
+
+
+@pytest.mark.parametrize(
+    ("status", "signature"),
+    [(SKIPPED, ""), (COULD_NOT_TEST, "could not test"), (DIVERGENCE, "another way of failing")],
+)
+def test_a_replay_that_skips_cannot_test_or_fails_otherwise_leaves_the_search_cell(
+    missed, monkeypatch, status, signature
+):
+    monkeypatch.setattr("mmharness.runner.replay", _answer(status, signature))
+    before = dict(missed.cells)
+    replay_classes(missed)
+    assert missed.cells == before and missed.replay == REPLAY_DONE
+
+
+def test_only_what_can_show_a_class_is_replayed(missed, monkeypatch):
+    """Not on a target whose search found the class, nor where the check was skipped; never a
+    could-not-test class (the harness's gap, not the engine's)."""
+    from dataclasses import replace
+
+    ran = []
+
+    def replay(check, target, example, *, deadline=None):
+        ran.append(target)
+        return Result(check, PASSED)
+
+    monkeypatch.setattr("mmharness.runner.replay", replay)
+    missed.cells[(CHECK, CLEAN)] = Cell(SKIPPED, "lacks it")
+    replay_classes(missed)
+    assert len(ran) == len(missed.ranges(CHECK)) and len({id(t) for t in ran}) == 1, "on the twin alone"
+    ran.clear()
+    found = missed.cell(CHECK, FOUND)
+    missed.cells[(CHECK, FOUND)] = replace(
+        found, findings=tuple(replace(s, kind=COULD_NOT_TEST) for s in found.findings)
+    )
+    replay_classes(missed)
+    assert ran == []
+
+
+def test_a_hazard_found_by_replay_makes_no_divergence_worse():
+    from mmharness.matrix import Seen, _add, _Class
+
+    matrix = Matrix(["a", "b"], [CHECK])
+    matrix.cells = {(CHECK, "a"): Cell(HAZARD), (CHECK, "b"): Cell(DIVERGENCE)}
+    _add(matrix, "b", _Class(CHECK, HAZARD, "sig", "{}", "a", None), "message")
+    cell = matrix.cell(CHECK, "b")
+    assert (cell.status, cell.search_status, cell.replayed) == (DIVERGENCE, DIVERGENCE, True)
+    assert cell.findings == (Seen(HAZARD, "sig", "message", None, by=REPLAY, source="a"),)
+
+
+def test_a_case_or_check_a_report_garbles_is_not_replayed_nor_fatal(missed):
+    """``merge`` reads the cases from files: one that does not parse, or names no check, shows nothing."""
+    from mmharness.matrix import _replay_column
+
+    (case,) = {seen.case for seen in missed.cell(CHECK, FOUND).findings[:1]}
+    work = [(CHECK, DIVERGENCE, "x", '{"format": 1}'), ("no.such_check", DIVERGENCE, "x", case)]
+    assert _replay_column(FOUND, work, None) == (FOUND, [None, None])
+
+
+def _cli(capsys, *argv: str) -> tuple[int, str, str]:
+    from mmharness.cli import main
+
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+ARGS = ["--target", "reference", "--target", "mutant:count_inclusive_end", "--checks", "count"]
+ARGS += ["--max-examples", "5"]
+
+
+def test_shards_do_not_replay_merge_does_and_no_replay_is_kept(capsys, tmp_path):
+    """A shard lacks the other shards' classes: its report is not replayed; ``merge`` replays, giving
+    the unsharded report. ``--no-replay`` on the shards carries to the merge; ``merge --no-replay``
+    only joins."""
+    reports = {}
+    for name, extra in {
+        "whole": [],
+        "1": ["--shard", "1/2"],
+        "2": ["--shard", "2/2"],
+        "bare": ["--no-replay"],
+        "1 bare": ["--shard", "1/2", "--no-replay"],
+        "2 bare": ["--shard", "2/2", "--no-replay"],
+    }.items():
+        reports[name] = str(tmp_path / f"{name.replace(' ', '-')}.json")
+        _cli(capsys, "matrix", *ARGS, *extra, "--json", reports[name])
+    read = {name: json.loads(Path(path).read_text()) for name, path in reports.items()}
+    assert (read["whole"]["replay"], read["bare"]["replay"]) == (REPLAY_DONE, NOT_REPLAYED)
+    assert {read[k]["replay"] for k in ("1", "2", "1 bare", "2 bare")} == {NOT_REPLAYED}
+    settings = {name: read[name]["shard"]["settings"] for name in ("1", "1 bare")}
+    assert (settings["1"]["no_replay"], settings["1 bare"]["no_replay"]) == (False, True)
+
+    def merged(*names: str, extra: tuple[str, ...] = ()) -> dict:
+        out = tmp_path / "merged.json"
+        code, _, err = _cli(capsys, "merge", *(reports[n] for n in names), *extra, "--json", str(out))
+        assert code == 1, err  # the mutant diverges
+        return json.loads(out.read_text())
+
+    def same(one: dict, other: dict) -> bool:  # but for the --json file in the command line
+        return {**one, "command": ""} == {**other, "command": ""}
+
+    assert same(merged("2", "1"), read["whole"])
+    assert same(merged("2 bare", "1 bare"), read["bare"])
+    joined = merged("1", "2", extra=("--no-replay",))
+    assert joined["replay"] == NOT_REPLAYED and joined["checks"] == read["bare"]["checks"]
+    code, _, err = _cli(capsys, "merge", reports["1"], reports["2 bare"])
+    assert code == 2 and "different matrices: --no-replay is True in" in err
+
+
+@pytest.mark.network
+def test_on_releases_replay_finds_a_hazard_a_release_search_missed(harness_cache, monkeypatch):
+    """SGLang 0.5.8's CI search of ``grid.split_matches_reference`` does not meet the flat-grid
+    IndexError its splitter raises, which 0.5.15's search does; 0.5.15's shrunk case shows it on 0.5.8."""
+    monkeypatch.setenv("MMHARNESS_CACHE", str(harness_cache))
+    check, old, new = "grid.split_matches_reference", "sglang==0.5.8", "sglang==0.5.15"
+    signature = (
+        "not from a processor (a flat (rank-N) grid): split: raised IndexError in get_new_expanded_mm_items"
+    )
+    matrix = run_matrix([old, new], select([check]), "ci", workers=2, replay=False)
+    assert matrix.target_errors == {}
+    (searched,) = [r for r in matrix.ranges(check) if r.signature == signature]
+    assert searched.targets == (new,), "the premise: only 0.5.15's search meets it"
+
+    replay_classes(matrix, workers=2)
+
+    (found,) = [r for r in matrix.ranges(check) if r.signature == signature]
+    assert (found.kind, found.targets, found.replayed) == (HAZARD, (old, new), (old,))
+    (seen,) = [s for s in matrix.cell(check, old).findings if s.signature == signature]
+    assert (seen.by, seen.source) == (REPLAY, new)
+    assert f"{old} .. {new} (2, 1 by replay): {signature}" in render(matrix)
