@@ -39,7 +39,7 @@ from typing import Any
 
 from mmharness.checks.outcome import COULD_NOT_TEST, DIVERGENCE, HAZARD
 from mmharness.checks.registry import Check
-from mmharness.runner import PASSED, SEVERITY, SKIPPED, Interrupted, Result, fails_run, run_check
+from mmharness.runner import PASSED, SEVERITY, SKIPPED, Interrupted, Result, fails_run
 from mmharness.workers import ordered
 
 FORMAT = "mmharness.matrix/2"
@@ -304,6 +304,7 @@ def _column(
     """
     from mmharness import interrupts
     from mmharness.checks import all_checks
+    from mmharness.session import Session
     from mmharness.targets.base import TargetError
     from mmharness.targets.specs import resolve
 
@@ -312,23 +313,19 @@ def _column(
     except TargetError as error:
         return spec, None, str(error), {c: Cell(ERROR, str(error)) for c in check_ids}
     release = target.describe().get("release")
+    saved_under = Path(findings) / _slug(spec) if findings is not None else None
+    options = {"profile": profile, "max_examples": max_examples, "seed": seed, "deadline": deadline}
+    session = Session(target, spec, findings=saved_under, **options)
     checks = all_checks()
     cells = {}
     for check_id in check_ids:
         if interrupts.requested() is not None:  # asked to stop between checks
             break
         try:
-            result = run_check(
-                checks[check_id],
-                target,
-                profile=profile,
-                max_examples=max_examples,
-                seed=seed,
-                deadline=deadline,
-            )
+            result = session.run(checks[check_id])
         except Interrupted as stop:
             result = stop.result
-        cells[check_id] = _cell(result, spec, findings)
+        cells[check_id] = _cell(session.keep(result))
         if result.interrupted:
             break
     for check_id in check_ids[len(cells) :]:
@@ -336,18 +333,14 @@ def _column(
     return spec, (str(release) if release else None), None, cells
 
 
-def _cell(result: Result, spec: str, findings: str | None) -> Cell:
-    """A check's result as a cell, its findings saved under ``findings`` when given."""
-    from mmharness import payload, report
+def _cell(result: Result) -> Cell:
+    """A check's result (kept: its findings saved, if asked) as a cell, each finding with its case."""
+    from mmharness import payload
 
     seen = []
     for f in result.findings:
-        saved = case = None
-        if f.example is not None:
-            case = payload.dumps(f.example[0], params=f.example[1])
-            if findings is not None:
-                saved = report.save(result, f, spec, Path(findings) / _slug(spec))
-        seen.append(Seen(f.kind, f.signature, f.failure.message, f.first_failure_at, saved, case))
+        case = None if f.example is None else payload.dumps(f.example[0], params=f.example[1])
+        seen.append(Seen(f.kind, f.signature, f.failure.message, f.first_failure_at, f.saved, case))
     return Cell(result.status, result.reason, result.examples_run, tuple(seen), result.interrupted)
 
 

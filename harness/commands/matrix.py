@@ -133,27 +133,27 @@ def _matrix(args: argparse.Namespace) -> int:
         targets = shards.share(args.targets, index, count)
         print(f"shard {index}/{count}: {len(targets)} of {len(args.targets)} targets", file=sys.stderr)
 
-    with interrupts.handled(), Progress(len(targets), "targets", stream=sys.stderr) as progress:
+    with interrupts.handled():  # one block: a signal between the search and the replay stops cleanly too
+        with Progress(len(targets), "targets", stream=sys.stderr) as progress:
 
-        def done(spec: str, cells: int | None) -> None:
-            ran = f"{cells} checks" if cells == len(checks) else f"{cells} of {len(checks)} (interrupted)"
-            progress.line(f"  {spec}: {'could not load' if cells is None else ran}")
+            def done(spec: str, cells: int | None) -> None:
+                ran = f"{cells} checks" if cells == len(checks) else f"{cells} of {len(checks)} (interrupted)"
+                progress.line(f"  {spec}: {'could not load' if cells is None else ran}")
 
-        matrix = run_matrix(
-            targets,
-            checks,
-            args.profile,
-            max_examples=args.max_examples,
-            seed=args.seed,
-            workers=workers,
-            progress=done,
-            command=command_line(args.argv),
-            findings=args.findings,
-            deadline=args.deadline,
-            replay=False,
-        )
-    if args.replay and not args.shard and not matrix.interrupted:
-        with interrupts.handled():
+            matrix = run_matrix(
+                targets,
+                checks,
+                args.profile,
+                max_examples=args.max_examples,
+                seed=args.seed,
+                workers=workers,
+                progress=done,
+                command=command_line(args.argv),
+                findings=args.findings,
+                deadline=args.deadline,
+                replay=False,
+            )
+        if args.replay and not args.shard and not matrix.interrupted:
             _replay(matrix, workers, args.deadline)
     _show_matrix(matrix, strict=args.strict, deadline=deadline)
     if args.json:
