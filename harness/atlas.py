@@ -7,6 +7,10 @@ symptom can have different causes in different eras), and saying in a line or
 two which engine function is at fault, what it does wrong and why it matters.
 Every finding matched by no class is listed as not yet explained, so a new
 one cannot hide in the document.
+
+The atlas as a picture (``draw``, matplotlib: the ``plot`` extra, imported only
+there): a heatmap of its classes x releases (``classes``), linked from the
+document.
 """
 
 from __future__ import annotations
@@ -17,8 +21,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from mmharness.checks.outcome import COULD_NOT_TEST, DIVERGENCE, HAZARD
-from mmharness.matrix import ERROR, REPLAY_DONE, Matrix, ReleaseRange
-from mmharness.runner import SKIPPED
+from mmharness.matrix import ERROR, NOT_RUN, REPLAY_DONE, GridRow, Matrix, ReleaseRange, grid
+from mmharness.runner import PASSED, SKIPPED
 
 
 class NotesError(ValueError):
@@ -90,10 +94,11 @@ def _note(path: str, k: int, entry: object) -> Note:
         raise NotesError(f"{path}: classes[{k}]: missing or malformed {error}") from None
 
 
-def render(matrix: Matrix, notes: Sequence[Note], *, command: str = "") -> str:
+def render(matrix: Matrix, notes: Sequence[Note], *, command: str = "", picture: str | None = None) -> str:
     """The atlas document: verdicts per target, then each finding class with its releases and its note.
 
-    ``command`` is the atlas's own command line, shown after the matrix's.
+    ``command`` is the atlas's own command line, shown after the matrix's; ``picture``, the path of its
+    picture (``draw``) relative to the document, shown under it.
     """
     short = {t: matrix.releases.get(t, t) for t in matrix.targets}
     lines = ["# Release atlas", ""]
@@ -106,6 +111,8 @@ def render(matrix: Matrix, notes: Sequence[Note], *, command: str = "") -> str:
             " to their end may miss findings.",
             "",
         ]
+    if picture:
+        lines += [f"![The classes of finding x the releases]({picture})", ""]
     lines += _replay_paragraph(matrix)
     lines += _verdict_table(matrix, short)
     for kind, title in (
@@ -234,3 +241,78 @@ def _entry(entry: Entry, matrix: Matrix, short: dict[str, str]) -> list[str]:
         count = f"{len(found.targets)}" + (f", {len(found.replayed)} by replay" if found.replayed else "")
         lines.append(f"| `{check_id}` | {signature} | {found_where} ({count}) |")
     return [*lines, ""]
+
+
+PLOT_EXTRA = "pip install 'mmharness[plot]'"
+PICTURE_FORMATS = ("svg", "png")
+PICTURE_COLORS = {
+    DIVERGENCE: ("#d62728", "divergence"),
+    HAZARD: ("#ff9f1c", "hazard"),
+    COULD_NOT_TEST: ("#9467bd", "could not test"),
+    PASSED: ("#2ca02c", "pass (or ran without this class)"),
+    SKIPPED: ("#d9d9d9", "skip (the release lacks the function)"),
+    ERROR: ("#404040", "error (did not load) / not run"),
+}
+"""A picture cell's colour and legend per state (``NOT_RUN`` is drawn as ``ERROR``)."""
+
+
+def classes(matrix: Matrix, notes: Sequence[Note]) -> list[GridRow]:
+    """The picture's rows (``matrix.grid``): each class (a check and a way of failing) in the order the
+    document lists it (divergences, could not test, hazards; by note, then those none explains), then a
+    row per check that shows no class."""
+    order = []
+    for kind in (DIVERGENCE, COULD_NOT_TEST, HAZARD):
+        for entry in _entries(matrix, notes, kind):
+            order += [(check_id, found.signature) for check_id, found in entry.found]
+    return grid(matrix, list(dict.fromkeys(order)))
+
+
+def draw(rows: Sequence[GridRow], columns: Sequence[str], path: str, *, title: str = "") -> None:
+    """A heatmap, a row per ``rows`` and a column per release (``columns``, its label), to ``path`` (.svg
+    or .png): a colour per state, a dot on a cell whose class only a replay showed, a legend. The same
+    rows give the same file (no date, a fixed SVG id salt). Needs matplotlib (the ``plot`` extra)."""
+    from matplotlib import rc_context
+    from matplotlib.colors import ListedColormap
+    from matplotlib.figure import Figure
+    from matplotlib.patches import Patch
+
+    states = list(PICTURE_COLORS)
+    code = {s: k for k, s in enumerate(states)} | {NOT_RUN: states.index(ERROR)}
+    values = [[code[s] for s in row.states] for row in rows]
+    labels = [r.label if len(r.label) <= 90 else r.label[:89] + "\u2026" for r in rows]
+    cell = 0.2  # inches
+    width = 4.5 + 0.062 * max(map(len, labels), default=10) + cell * len(columns)  # 3 for the legend
+    height = 2.2 + 0.06 * max(map(len, columns), default=4) + cell * len(rows)
+    with rc_context({"svg.hashsalt": "mmharness", "font.size": 8, "svg.fonttype": "path"}):
+        figure = Figure(figsize=(width, height), layout="constrained")
+        axes = figure.add_subplot()
+        cmap = ListedColormap([PICTURE_COLORS[s][0] for s in states])
+        if rows and columns:
+            axes.imshow(values, cmap=cmap, vmin=-0.5, vmax=len(states) - 0.5, aspect="auto")
+        dots = [(x, y) for y, row in enumerate(rows) for x, r in enumerate(row.replayed) if r]
+        if dots:
+            axes.scatter(*zip(*dots, strict=True), s=14, c="white", edgecolors="black", linewidths=0.6)
+        for y in range(1, len(rows)):  # a line between the kinds of rows
+            if rows[y].kind != rows[y - 1].kind:
+                axes.axhline(y - 0.5, color="black", linewidth=0.8)
+        axes.set_xticks(range(len(columns)), list(columns), rotation=90)
+        axes.set_yticks(range(len(rows)), labels)
+        axes.tick_params(top=True, labeltop=True, bottom=True, labelbottom=True, length=0)
+        axes.set_xticks([x - 0.5 for x in range(1, len(columns))], minor=True)
+        axes.set_yticks([y - 0.5 for y in range(1, len(rows))], minor=True)
+        axes.grid(which="minor", color="white", linewidth=0.5)
+        axes.tick_params(which="minor", length=0)
+        handles = [
+            Patch(facecolor=color, edgecolor="black", label=name) for color, name in PICTURE_COLORS.values()
+        ]
+        handles.append(
+            axes.scatter(
+                [], [], s=14, c="white", edgecolors="black", linewidths=0.6, label="found by replay only"
+            )
+        )
+        figure.legend(handles=handles, loc="outside right upper", frameon=False)
+        if title:
+            figure.suptitle(title)
+        svg = path.lower().endswith(".svg")
+        metadata = {"Date": None, "Creator": "mmharness"} if svg else {"Software": None}
+        figure.savefig(path, metadata=metadata, dpi=None if svg else 150, bbox_inches="tight")

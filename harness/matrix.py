@@ -530,8 +530,12 @@ def _collect(matrix: Matrix, columns, progress) -> None:
             progress(spec, None if error else sum(cell.status != NOT_RUN for cell in cells.values()))
 
 
-def render(matrix: Matrix, *, color: bool = False, strict: bool = False) -> str:
-    """A fixed-width table (a row per check, a column per target), then each way of failing, its targets."""
+def render(matrix: Matrix, *, color: bool = False, strict: bool = False, grid: bool = False) -> str:
+    """A fixed-width table (a row per check, a column per target), then each way of failing, its targets.
+
+    With ``grid``, the table is the compact grid instead (``grid_lines``: a character per cell, a row per
+    class), for a terminal, where a table of many targets does not fit.
+    """
     headers = ["check", *matrix.targets, "first failing"]
     rows = []
     for check_id in matrix.checks:
@@ -551,17 +555,21 @@ def render(matrix: Matrix, *, color: bool = False, strict: bool = False) -> str:
         text = (SYMBOLS[cell.status] + marked).ljust(width)
         return f"\033[{_COLORS[cell.status]}m{text}\033[0m" if color else text
 
-    lines = ["  ".join(h.ljust(w) for h, w in zip(headers, widths, strict=True)).rstrip()]
-    lines.append("  ".join("-" * w for w in widths))
-    for check_id, cells, first in rows:
-        painted = [paint(c, w) for c, w in zip(cells, widths[1:-1], strict=True)]
-        lines.append("  ".join([check_id.ljust(widths[0]), *painted, first]).rstrip())
+    if grid:
+        lines = grid_lines(matrix, color=color)
+    else:
+        lines = ["  ".join(h.ljust(w) for h, w in zip(headers, widths, strict=True)).rstrip()]
+        lines.append("  ".join("-" * w for w in widths))
+        for check_id, cells, first in rows:
+            painted = [paint(c, w) for c, w in zip(cells, widths[1:-1], strict=True)]
+            lines.append("  ".join([check_id.ljust(widths[0]), *painted, first]).rstrip())
     for check_id in matrix.checks:
         for one in matrix.ranges(check_id):
             where = one.first if one.first == one.last else f"{one.first} .. {one.last}"
             count = f"{len(one.targets)}" + (f", {len(one.replayed)} by replay" if one.replayed else "")
             lines.append(f"{check_id} [{one.kind}] {where} ({count}): {one.signature}")
-    lines.append(_replay_line(matrix))
+    replay = _replay_line(matrix)
+    lines.append(replay.replace(f" ({REPLAYED}: a cell", " (d, h in the grid: a cell") if grid else replay)
     for spec, error in matrix.target_errors.items():
         lines.append(f"{spec}: {error}")
     if matrix.interrupted:
@@ -575,6 +583,96 @@ def render(matrix: Matrix, *, color: bool = False, strict: bool = False) -> str:
             )
         lines.append(line)
     return "\n".join(lines)
+
+
+@dataclass(frozen=True)
+class GridRow:
+    """One row of a matrix's grid: a class (a check and a way of failing), or a check that shows none."""
+
+    check: str
+    signature: str | None
+    """The class's signature; ``None``: the row of a check no target showed a class of."""
+    kind: str | None
+    states: tuple[str, ...]
+    """Per target: the class's kind where it shows; elsewhere its check's state there: ``PASSED`` (ran,
+    the class not shown), ``COULD_NOT_TEST``, ``SKIPPED``, ``ERROR`` or ``NOT_RUN``. A check's own row:
+    its status."""
+    replayed: tuple[bool, ...] = ()
+    """Per target: the class shows there by replay only (the target's search missed it)."""
+
+    @property
+    def label(self) -> str:
+        return self.check if self.signature is None else f"{self.check}: {self.signature}"
+
+
+def grid(matrix: Matrix, order: Sequence[tuple[str, str]] = ()) -> list[GridRow]:
+    """Classes x targets: a row per class (``ranges``), those named in ``order`` (``(check id,
+    signature)``s) first in that order, the rest by kind (divergence, could not test, hazard) and check;
+    then a row per check with no class (its status on each target)."""
+    kinds = (DIVERGENCE, COULD_NOT_TEST, HAZARD)
+
+    def elsewhere(cell: Cell) -> str:
+        if cell.status in (ERROR, NOT_RUN, SKIPPED):
+            return cell.status
+        untested = cell.status == COULD_NOT_TEST or any(s.kind == COULD_NOT_TEST for s in cell.findings)
+        return COULD_NOT_TEST if untested else PASSED
+
+    rows, quiet = [], []
+    for check_id in matrix.checks:
+        cells = [matrix.cell(check_id, t) for t in matrix.targets]
+        found = matrix.ranges(check_id)
+        if not found:
+            quiet.append(GridRow(check_id, None, None, tuple(c.status for c in cells), (False,) * len(cells)))
+        for one in found:
+            shows = [t in one.targets for t in matrix.targets]
+            states = tuple(one.kind if s else elsewhere(c) for s, c in zip(shows, cells, strict=True))
+            replayed = tuple(t in one.replayed for t in matrix.targets)
+            rows.append(GridRow(check_id, one.signature, one.kind, states, replayed))
+    place = {key: k for k, key in enumerate(order)}
+    rows.sort(key=lambda r: (place.get((r.check, r.signature), len(place)), kinds.index(r.kind)))
+    return rows + quiet
+
+
+GRID_SYMBOLS = {
+    DIVERGENCE: "D",
+    HAZARD: "H",
+    COULD_NOT_TEST: "?",
+    PASSED: ".",
+    SKIPPED: "s",
+    ERROR: "E",
+    NOT_RUN: "-",
+}
+"""A grid cell's character; a class shown by replay only is in lower case (``d``, ``h``)."""
+
+
+def grid_lines(matrix: Matrix, *, color: bool = False, width: int = 60) -> list[str]:
+    """``grid`` as text: the targets' names (releases) written downwards over their columns, a
+    character per cell, row labels cut to ``width``, and a legend."""
+    rows = grid(matrix)
+    labels = [r.label if len(r.label) <= width else r.label[: width - 1] + "\u2026" for r in rows]
+    left = max([len("class (check: signature)"), *map(len, labels)])
+    names = [matrix.releases.get(t, t) for t in matrix.targets]
+    names = [n if len(n) <= 16 else "\u2026" + n[-15:] for n in names]
+    height = max(map(len, names), default=0)
+    lines = []
+    for k in range(height):
+        column = "".join(n.rjust(height)[k] for n in names)  # bottom-aligned, read downwards
+        lines.append(
+            (("class (check: signature)" if k == height - 1 else "").ljust(left) + "  " + column).rstrip()
+        )
+
+    def paint(state: str, replayed: bool) -> str:
+        mark = GRID_SYMBOLS[state].lower() if replayed else GRID_SYMBOLS[state]
+        return f"\033[{_COLORS[state]}m{mark}\033[0m" if color else mark
+
+    for label, row in zip(labels, rows, strict=True):
+        cells = "".join(paint(s, r) for s, r in zip(row.states, row.replayed, strict=True))
+        lines.append(f"{label.ljust(left)}  {cells}")
+    lines.append(
+        "D divergence, H hazard, ? could not test, . pass (or ran without this class), s skip, E error,"
+        " - not run; d, h: by replay (the target's search missed it)"
+    )
+    return lines
 
 
 def _replay_line(matrix: Matrix) -> str:

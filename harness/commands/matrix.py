@@ -28,6 +28,11 @@ from mmharness.commands.options import (
     writable,
 )
 
+GRID_HELP = (
+    "the check x target table as a compact grid (a character per cell, a row per class of finding, a"
+    " column per target, a legend): auto (on a terminal), always, never"
+)
+
 
 def _shard(value: str) -> tuple[int, int]:
     """``--shard I/N``, refused while parsing: before any release is downloaded."""
@@ -63,6 +68,7 @@ def add_parser(sub) -> None:
     matrix.add_argument("--max-examples", type=int, metavar="N")
     matrix.add_argument("--json", metavar="FILE", help="write the table as JSON")
     matrix.add_argument("--strict", action="store_true", help="hazards count as failing")
+    matrix.add_argument("--grid", choices=("auto", "always", "never"), default="auto", help=GRID_HELP)
     matrix.add_argument(
         "-n", "--workers", default="1", metavar="N", help="targets run in N processes, or auto: one per core"
     )
@@ -98,6 +104,7 @@ def add_parser(sub) -> None:
     )
     merge.add_argument("shards", nargs="+", metavar="SHARD.json", help="every shard's report, any order")
     merge.add_argument("--json", metavar="FILE", help="write the merged table as JSON")
+    merge.add_argument("--grid", choices=("auto", "always", "never"), default="auto", help=GRID_HELP)
     merge.add_argument(
         "-n", "--workers", default="1", metavar="N", help="replay on N targets at once, or auto: one per core"
     )
@@ -155,7 +162,7 @@ def _matrix(args: argparse.Namespace) -> int:
             )
         if args.replay and not args.shard and not matrix.interrupted:
             _replay(matrix, workers, args.deadline)
-    _show_matrix(matrix, strict=args.strict, deadline=deadline)
+    _show_matrix(matrix, strict=args.strict, deadline=deadline, grid=args.grid)
     if args.json:
         document = matrix.as_json(strict=args.strict)
         if args.shard:
@@ -186,13 +193,15 @@ def _replay(matrix, workers: int, deadline: float | None) -> None:
         replay_classes(matrix, workers=workers, deadline=deadline, progress=done)
 
 
-def _show_matrix(matrix, *, strict: bool, deadline: float | None) -> None:
-    """The table, then how to replay each saved finding (a hung one under the deadline it overran)."""
+def _show_matrix(matrix, *, strict: bool, deadline: float | None, grid: str = "auto") -> None:
+    """The table (on a terminal, or with --grid always: the compact grid), then how to replay each saved
+    finding (a hung one under the deadline it overran)."""
     from mmharness import report
     from mmharness.deadline import SIGNATURE as DID_NOT_FINISH
     from mmharness.matrix import render
 
-    print(render(matrix, color=report.use_color(sys.stdout), strict=strict))
+    compact = grid == "always" or (grid == "auto" and sys.stdout.isatty())
+    print(render(matrix, color=report.use_color(sys.stdout), strict=strict, grid=compact))
     for (check_id, spec), cell in matrix.cells.items():
         for seen in cell.findings:
             if seen.saved:
@@ -239,7 +248,7 @@ def _merge(args: argparse.Namespace) -> int:
     if args.replay and not settings.no_replay and not matrix.interrupted:
         with interrupts.handled():  # under the deadline the shards' checks ran under (None: none, so 0)
             _replay(matrix, workers, 0 if settings.deadline is None else settings.deadline)
-    _show_matrix(matrix, strict=settings.strict, deadline=settings.deadline)
+    _show_matrix(matrix, strict=settings.strict, deadline=settings.deadline, grid=args.grid)
     if args.json:
         report.write(args.json, json.dumps(matrix.as_json(strict=settings.strict), indent=2) + "\n")
     if matrix.replay == REPLAY_INTERRUPTED:
