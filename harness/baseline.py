@@ -6,9 +6,20 @@ is tolerated; a new signature in a check that already had findings is new, and
 fails the run as any other. Entries that did not reproduce in a run where
 their check ran are *stale* (shown, never fatal): the engine may have been
 fixed. A baseline is written by ``--write-baseline``, and a ``--json`` report
-serves as one too. It matches the same target however it was spelled, as
-long as it loads the same files (a relative or an absolute path, a release or
-its unpacked directory).
+serves as one too.
+
+A baseline names its target by what it runs, not by how it was spelled: its
+``target`` (a report's ``identity``) holds the sha256 of each engine file the
+target loaded, by its path in the package, and of the whole. It applies to
+any target loading the same bytes (a release, a path copy of its files, an
+installed copy), and to no other spec: a copy with a file changed, added or
+missing is refused, each such file named. The same spec over files changed
+since it was written (a checkout edited in the CI that keeps its baseline, a
+mutant of the benchmark's copy) still uses it, never silently: a note names
+each file that differs, since findings are recorded by how they failed, not
+where, and a new bug in changed code may fail as a known one did. A target
+that loads no files (the reference, a mutant) is known by its name, and so
+is a baseline recorded before digests (by its spec only), with a note.
 
 A baseline holds what its search reached, no more: one written from the CI
 profile's 100 examples misses hazards the same target shows at 3000, and a
@@ -20,6 +31,7 @@ its baseline says so.
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -49,22 +61,95 @@ class Entry:
     case_hash: str | None = None
 
 
-def identity(target: Target, spec: str) -> dict[str, str | None]:
-    """What makes two spellings of a target the same: its release, or the files it loaded."""
+def identity(target: Target, spec: str) -> dict:
+    """What a baseline records of its target: the spec and release as spelled, and what decides whether it
+    applies: the sha256 of each engine file loaded (``files``, by path in the package) and of the whole
+    (``digest``); neither for a target that loads no files."""
     described = target.describe()
     release = described.get("release")
-    files = described.get("files") or []
-    return {
-        "spec": spec,
-        "release": None if release in (None, "unknown") else str(release),
-        "source": "|".join(sorted(str(Path(f).resolve()) for f in files)) or None,
-    }
+    files = described.get("digests")
+    if not isinstance(files, dict):  # an adapter of its own that lists its files: known by their names
+        files = _digests_by_name([str(f) for f in described.get("files") or []])
+    recorded: dict = {"spec": spec, "release": None if release in (None, "unknown") else str(release)}
+    if files:
+        recorded["files"] = dict(sorted(files.items()))
+        recorded["digest"] = whole_digest(recorded["files"])
+    return recorded
 
 
-def same_target(recorded: dict, current: dict) -> bool:
-    if recorded.get("spec") == current.get("spec"):
-        return True
-    return bool(recorded.get("source")) and recorded.get("source") == current.get("source")
+def whole_digest(files: dict[str, str]) -> str:
+    """One sha256 of every file's path and digest (``sha256sum``'s lines, sorted by path)."""
+    lines = "".join(f"{digest}  {path}\n" for path, digest in sorted(files.items()))
+    return hashlib.sha256(lines.encode()).hexdigest()
+
+
+def _digests_by_name(paths: list[str]) -> dict[str, str]:
+    """Files an adapter lists without digests: by file name (by path where two share a name)."""
+    names = [Path(p).name for p in paths]
+    found = {}
+    for path, name in zip(paths, names, strict=True):
+        try:
+            digest = hashlib.sha256(Path(path).read_bytes()).hexdigest()
+        except OSError:
+            digest = ""
+        found[name if names.count(name) == 1 else str(Path(path).resolve())] = digest
+    return found
+
+
+def applies(path: str, recorded: dict, current: dict) -> list[str]:
+    """The notes of a baseline ``recorded`` for a target that applies to ``current``; ``BaselineError``
+    where it does not.
+
+    It applies to a target loading the same files (digests), whatever its spec, and to the same spec
+    over files changed since (a checkout edited, a release upgraded: what a CI of one tree and the
+    mutation benchmark compare), then with a note naming each file that differs. Another spec over other
+    files is another target: refused, naming them."""
+    shown, spec = recorded.get("spec"), current["spec"]
+    if "digest" not in recorded:  # a target without files, or a baseline recorded before digests
+        if shown != spec:
+            raise BaselineError(f"{path}: recorded for target {shown!r}, not {spec!r}")
+        if "digest" not in current:
+            return []
+        return [
+            f"{path} was recorded for {shown!r} by its spec only (a baseline from before file digests):"
+            " it applies by that name, whatever files the target loads now; write it again with"
+            " --write-baseline to tie it to the files' content"
+        ]
+    files = recorded.get("files")
+    if not isinstance(files, dict) or not all(isinstance(d, str) for d in files.values()):
+        raise BaselineError(f"{path}: not a baseline or a --json report (bad target files)")
+    now = current.get("files") or {}
+    if recorded["digest"] == current.get("digest") and files == now:
+        if shown == spec:
+            return []
+        return [
+            f"{path} was recorded for {shown!r}: it applies to {spec!r},"
+            f" which loads the same {len(files)} files"
+        ]
+    changed = sorted(f for f in files.keys() & now.keys() if files[f] != now[f])
+    missing, added = sorted(files.keys() - now.keys()), sorted(now.keys() - files.keys())
+    differ = (
+        "; ".join(
+            f"{label}: {', '.join(names)}"
+            for label, names in (
+                ("changed", changed),
+                ("not loaded now", missing),
+                ("loaded now only", added),
+            )
+            if names
+        )
+        or "the whole digest"
+    )
+    if shown != spec:
+        raise BaselineError(
+            f"{path}: recorded for target {shown!r}, not {spec!r}, whose engine files differ ({differ});"
+            " a baseline applies to another spelling of the same files only (write one for this target"
+            " with --write-baseline)"
+        )
+    return [
+        f"{path} was recorded for {shown!r} before its engine files changed ({differ}): the findings it"
+        " tolerates may not be this code's; review them and write it again with --write-baseline"
+    ]
 
 
 @dataclass(frozen=True)
@@ -73,6 +158,8 @@ class Baseline:
     entries: frozenset[Entry]
     depth: int | None = None
     """Examples per check of the deepest search behind it (``None``: not recorded)."""
+    notes: tuple[str, ...] = ()
+    """What a user should know of how it applies (recorded for another spelling, or by spec only)."""
 
     def tolerates(self, result: Result, finding: Finding) -> bool:
         return any(
@@ -119,10 +206,12 @@ def load(path: str, current: dict) -> Baseline:
             raise BaselineError(f"{path}: not a baseline or a --json report (format {data.get('format')!r})")
     except (KeyError, TypeError, AttributeError) as error:
         raise BaselineError(f"{path}: not a baseline or a --json report (missing or bad {error})") from None
-    if not isinstance(recorded, dict) or not same_target(recorded, current):
-        shown = recorded.get("spec") if isinstance(recorded, dict) else recorded
-        raise BaselineError(f"{path}: recorded for target {shown!r}, not {current['spec']!r}")
-    return Baseline(path, frozenset(entries), depth if isinstance(depth, int) else None)
+    if isinstance(recorded, str):  # a target recorded by its spec alone
+        recorded = {"spec": recorded}
+    if not isinstance(recorded, dict):
+        raise BaselineError(f"{path}: not a baseline or a --json report (bad target {recorded!r})")
+    notes = applies(path, recorded, current)
+    return Baseline(path, frozenset(entries), depth if isinstance(depth, int) else None, tuple(notes))
 
 
 def combined(baselines: list[Baseline]) -> Baseline:
@@ -132,6 +221,7 @@ def combined(baselines: list[Baseline]) -> Baseline:
         ", ".join(b.path for b in baselines),
         frozenset().union(*(b.entries for b in baselines)),
         max(depths, default=None),
+        tuple(note for b in baselines for note in b.notes),
     )
 
 

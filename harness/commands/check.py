@@ -130,7 +130,7 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError("--device cuda: no CUDA device is visible (try --device cpu)")
     measured = _coverage_files(target) if args.coverage else None
     color = report.use_color(sys.stdout)
-    _print_header(target, args.target)
+    _print_header(target, args.target, known.notes if known else ())
     if args.coverage and not measured:
         print(f"coverage: {args.target} loads no engine files: nothing to measure\n")
     results = []
@@ -351,12 +351,13 @@ def _database(spec: str | None, profile: str):
         raise UsageError(str(error)) from None
 
 
-def _print_header(target, spec: str) -> None:
-    """The target and what a user should know before reading its verdicts (stubs, missing modules)."""
+def _print_header(target, spec: str, baseline_notes=()) -> None:
+    """The target and what a user should know before reading its verdicts (stubs, missing modules; how
+    a baseline applies: to another spelling of the same files, or by spec only)."""
     described = target.describe()
     release = described.get("release")
     print(f"target: {spec}" + (f" (release {release})" if release and release != spec else ""))
-    notes = target.notes()
+    notes = [*target.notes(), *(f"baseline {note}" for note in baseline_notes)]
     for note in notes:
         print(f"  note: {note}")
     print(flush=True)

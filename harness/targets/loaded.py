@@ -2,10 +2,11 @@
 
 ``LoadedTarget`` holds a load (``loader.Engine``) and answers the parts of the
 ``Target`` protocol that come from the load rather than from the engine's
-rules: the ``describe()`` fields of the load (release, source, files, errors,
-shims and stubs), the note on files that did not load, and the watching of
-every call into the engine (a stub or item attribute the harness cannot
-answer, reached during the call, turns its outcome into a ``HarnessGap``).
+rules: the ``describe()`` fields of the load (release, source, files and
+their ``digests``, errors, shims and stubs), the note on files that did not
+load, and the watching of every call into the engine (a stub or item
+attribute the harness cannot answer, reached during the call, turns its
+outcome into a ``HarnessGap``).
 ``Factory`` builds an engine's targets from its layout: the module-level
 ``load``, ``from_path``, ``fetch``, ``from_release`` and ``installed`` an
 engine's adapter exposes (``specs.engine_forms`` calls the last three).
@@ -15,7 +16,8 @@ in it is what only that engine has.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+import hashlib
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path as FilePath
@@ -41,6 +43,8 @@ class LoadedTarget(Target):
     def __init__(self, engine: loader.Engine, name: str) -> None:
         self.engine = engine
         self.name = name
+        self.digests = file_digests(engine.source.files)
+        """The sha256 of each engine file read, by its path in the package, as the load found them."""
 
     # describe ---------------------------------------------------------------------
 
@@ -53,6 +57,7 @@ class LoadedTarget(Target):
             "source": engine.source.origin,
             "loaded": "installed package (imported normally)" if engine.installed else "by path",
             "files": [str(engine.source.files[n]) for n in engine.source.files if n in engine.modules],
+            "digests": self.digests,
             **self.engine_fields(),
             "notes": self.notes(),
             "load_errors": engine.errors,
@@ -119,6 +124,20 @@ class LoadedTarget(Target):
             f"{self.engine_label} reached what the harness only stubs: {', '.join(dict.fromkeys(new))}",
             what=new[0],
         )
+
+
+def file_digests(files: Mapping[str, FilePath]) -> dict[str, str]:
+    """The sha256 of each engine file (engine module name -> file) by its path in the package
+    (``sglang/srt/managers/mm_utils.py``), wherever the copy lies: what tells two copies of the same
+    code apart from two of different code (baselines match by it). A file that cannot be read: ``""``."""
+    found = {}
+    for name, path in files.items():
+        rel = name.replace(".", "/") + ("/__init__.py" if FilePath(path).name == "__init__.py" else ".py")
+        try:
+            found[rel] = hashlib.sha256(FilePath(path).read_bytes()).hexdigest()
+        except OSError:
+            found[rel] = ""
+    return dict(sorted(found.items()))
 
 
 _T = TypeVar("_T", bound=LoadedTarget)

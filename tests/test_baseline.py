@@ -1,0 +1,224 @@
+"""Baselines know their target by what it runs: the digests of the engine files it loaded.
+
+The offline tests build identities from files of their own; the ``network``
+ones record a baseline for vLLM 0.33.0 (its cached release) and apply it to a
+path copy of those files, then to a copy with one file changed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+from mmharness import baseline
+from mmharness.baseline import BaselineError
+from mmharness.cli import main
+from mmharness.targets.loaded import file_digests
+
+SCHEDULER = "vllm/v1/core/sched/scheduler.py"
+
+
+class Described:
+    """A target that only describes itself: its files' digests, or only its files, or neither."""
+
+    def __init__(self, **described: Any) -> None:
+        self.described = described
+
+    def describe(self) -> dict[str, Any]:
+        return self.described
+
+
+def engine_files(root: Path, texts: dict[str, str]) -> dict[str, Path]:
+    """Engine module name -> file under ``root``, each holding its text."""
+    files = {}
+    for name, text in texts.items():
+        path = root / (name.replace(".", "/") + ".py")
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+        files[name] = path
+    return files
+
+
+def identity_of(files: dict[str, Path], spec: str, release: str | None = None) -> dict:
+    return baseline.identity(Described(release=release, digests=file_digests(files)), spec)
+
+
+def write(path: Path, target: Any, entries: list | None = None) -> str:
+    path.write_text(json.dumps({"format": baseline.FORMAT, "target": target, "entries": entries or []}))
+    return str(path)
+
+
+TEXTS = {"vllm.v1.request": "class Request: ...\n", "vllm.v1.core.sched.scheduler": "class Scheduler: ...\n"}
+
+
+def test_each_loaded_file_is_digested_by_its_path_in_the_package(tmp_path):
+    files = engine_files(tmp_path / "one", TEXTS)
+    digests = file_digests(files)
+    assert digests == {
+        "vllm/v1/core/sched/scheduler.py": hashlib.sha256(
+            TEXTS["vllm.v1.core.sched.scheduler"].encode()
+        ).hexdigest(),
+        "vllm/v1/request.py": hashlib.sha256(TEXTS["vllm.v1.request"].encode()).hexdigest(),
+    }
+    recorded = identity_of(files, "vllm==0.33.0", "0.33.0")
+    assert recorded["spec"] == "vllm==0.33.0" and recorded["release"] == "0.33.0"
+    assert recorded["files"] == digests and recorded["digest"] == baseline.whole_digest(digests)
+    assert str(tmp_path) not in json.dumps(recorded), "where the copy lies is no part of what it runs"
+
+
+def test_a_baseline_applies_to_another_spelling_of_the_same_files(tmp_path):
+    recorded = identity_of(engine_files(tmp_path / "release", TEXTS), "vllm==0.33.0", "0.33.0")
+    path = write(tmp_path / "baseline.json", recorded, [{"check": "c", "device": "cpu", "signature": "s"}])
+    copy = engine_files(tmp_path / "copy", TEXTS)
+    known = baseline.load(path, identity_of(copy, str(tmp_path / "copy")))
+    assert {e.signature for e in known.entries} == {"s"}
+    (note,) = known.notes
+    assert (
+        f"recorded for 'vllm==0.33.0': it applies to '{tmp_path / 'copy'}'" in note and "same 2 files" in note
+    )
+    assert baseline.load(path, recorded).notes == (), "the same spec and files: nothing to say"
+    assert baseline.combined([known, baseline.load(path, recorded)]).notes == (note,)
+
+
+def test_another_spec_over_other_files_is_refused_naming_each_file(tmp_path):
+    recorded = identity_of(engine_files(tmp_path / "release", TEXTS), "vllm==0.33.0", "0.33.0")
+    path = write(tmp_path / "baseline.json", recorded)
+    changed = engine_files(tmp_path / "changed", {**TEXTS, "vllm.v1.request": "class Request: pass\n"})
+    with pytest.raises(BaselineError) as error:
+        baseline.load(path, identity_of(changed, str(tmp_path / "changed")))
+    message = str(error.value)
+    assert f"recorded for target 'vllm==0.33.0', not '{tmp_path / 'changed'}'" in message
+    assert (
+        "whose engine files differ (changed: vllm/v1/request.py)" in message and "--write-baseline" in message
+    )
+    other = engine_files(
+        tmp_path / "other", {"vllm.v1.request": TEXTS["vllm.v1.request"], "vllm.v1.x": "x = 1\n"}
+    )
+    missing_and_added = r"not loaded now: vllm/v1/core/sched/scheduler\.py; loaded now only: vllm/v1/x\.py"
+    with pytest.raises(BaselineError, match=missing_and_added):
+        baseline.load(path, identity_of(other, "elsewhere"))
+    with pytest.raises(
+        BaselineError, match=r"not 'reference', whose engine files differ \(not loaded now: vllm"
+    ):
+        baseline.load(path, baseline.identity(Described(target="reference"), "reference"))
+
+
+def test_the_same_spec_over_changed_files_applies_with_a_note_naming_them(tmp_path):
+    """A fork's CI keeps one baseline for ``--target python`` while the files change (so does the mutation
+    benchmark for ``--target .``): it still applies, never silently."""
+    tree = tmp_path / "tree"
+    recorded = identity_of(engine_files(tree, TEXTS), "python")
+    path = write(tmp_path / "baseline.json", recorded, [{"check": "c", "device": "cpu", "signature": "s"}])
+    edited = identity_of(engine_files(tree, {**TEXTS, "vllm.v1.request": "class Request: pass\n"}), "python")
+    known = baseline.load(path, edited)
+    assert {e.signature for e in known.entries} == {"s"}
+    (note,) = known.notes
+    assert note.startswith(f"{path} was recorded for 'python' before its engine files changed")
+    assert "(changed: vllm/v1/request.py)" in note and "may not be this code's" in note
+
+
+def test_a_baseline_recorded_by_spec_only_applies_by_spec_and_says_so(tmp_path):
+    current = identity_of(engine_files(tmp_path / "release", TEXTS), "vllm==0.33.0", "0.33.0")
+    old = {"spec": "vllm==0.33.0", "release": "0.33.0", "source": "/somewhere/else/scheduler.py"}
+    path = write(tmp_path / "old.json", old, [{"check": "c", "device": "cpu", "signature": "s"}])
+    known = baseline.load(path, current)
+    assert {e.signature for e in known.entries} == {"s"}
+    (note,) = known.notes
+    assert "recorded for 'vllm==0.33.0' by its spec only" in note and "--write-baseline" in note
+    with pytest.raises(BaselineError, match=r"recorded for target 'vllm==0\.33\.0', not 'other'"):
+        baseline.load(path, {**current, "spec": "other"})
+    report = tmp_path / "report.json"  # a --json report of the second format, its identity by spec
+    report.write_text(
+        json.dumps({"format": "mmharness.report/2", "target": "vllm==0.33.0", "identity": old, "results": []})
+    )
+    assert baseline.load(str(report), current).notes
+    assert baseline.load(
+        write(tmp_path / "oldest.json", "vllm==0.33.0"), current
+    ).notes  # the target as a string
+
+
+def test_targets_without_files_match_by_name(tmp_path):
+    mutant = baseline.identity(Described(target="mutant:x", release="unknown"), "mutant:x")
+    assert mutant == {"spec": "mutant:x", "release": None}
+    path = write(tmp_path / "baseline.json", mutant)
+    assert baseline.load(path, mutant).notes == ()
+    with pytest.raises(BaselineError, match=r"recorded for target 'mutant:x', not 'mutant:y'"):
+        baseline.load(path, {**mutant, "spec": "mutant:y"})
+
+
+def test_an_adapter_listing_its_files_without_digests_is_known_by_their_content(tmp_path):
+    one, two = tmp_path / "a" / "rules.py", tmp_path / "b" / "rules.py"
+    for path in (one, two):
+        path.parent.mkdir()
+        path.write_text("RULES = 1\n")
+    lone = baseline.identity(Described(files=[str(one)]), "my_adapter:Target")
+    assert lone["files"] == {"rules.py": hashlib.sha256(b"RULES = 1\n").hexdigest()}
+    moved = baseline.identity(Described(files=[str(two)]), "my_adapter:Target")
+    assert baseline.applies("b.json", lone, moved) == []
+    both = baseline.identity(Described(files=[str(one), str(two)]), "my_adapter:Target")
+    assert set(both["files"]) == {str(one.resolve()), str(two.resolve())}, "two of a name: by path"
+
+
+# vLLM 0.33.0 and copies of its files (network) -------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def release_dir(harness_cache) -> Path:
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("MMHARNESS_CACHE", str(harness_cache))
+        from mmharness.engines.vllm import adapter
+
+        return Path(adapter.fetch("0.33.0"))
+
+
+def run(capsys, *argv: str) -> tuple[int, str, str]:
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+@pytest.mark.network
+def test_the_vllm_release_baseline_applies_to_a_path_copy_of_its_files(
+    release_dir, harness_cache, tmp_path, capsys, monkeypatch
+):
+    monkeypatch.setenv("MMHARNESS_CACHE", str(harness_cache))
+    written, copy = tmp_path / "baseline.json", tmp_path / "copy"
+    args = [
+        "check",
+        "--checks",
+        "prefill.matches_reference",
+        "--max-examples",
+        "3",
+        "--findings",
+        str(tmp_path),
+    ]
+    report = tmp_path / "report.json"
+    release = ["--target", "vllm==0.33.0", "--write-baseline", str(written), "--json", str(report)]
+    assert run(capsys, *args, *release)[0] == 0
+    recorded = json.loads(written.read_text())["target"]
+    assert recorded["spec"] == "vllm==0.33.0" and SCHEDULER in recorded["files"]
+    assert json.loads(report.read_text())["identity"] == recorded, "a --json report is a baseline too"
+    shutil.copytree(release_dir, copy)
+    code, out, _ = run(
+        capsys, *args, "--target", str(copy), "--baseline", str(written), "--baseline", str(report)
+    )
+    assert code == 0
+    assert f"note: baseline {written} was recorded for 'vllm==0.33.0': it applies to '{copy}'" in out
+
+    scheduler = copy / SCHEDULER
+    scheduler.write_text(scheduler.read_text() + "\n# edited\n")
+    code, _, err = run(capsys, *args, "--target", str(copy), "--baseline", str(written))
+    assert code == 2 and err.count("\n") == 1
+    assert f"recorded for target 'vllm==0.33.0', not '{copy}', whose engine files differ" in err
+    assert f"(changed: {SCHEDULER})" in err
+
+    old = tmp_path / "old.json"  # as written before digests: the target by its spec
+    document = json.loads(written.read_text())
+    document["target"] = {"spec": "vllm==0.33.0", "release": "0.33.0", "source": "/elsewhere"}
+    old.write_text(json.dumps(document))
+    code, out, _ = run(capsys, *args, "--target", "vllm==0.33.0", "--baseline", str(old))
+    assert code == 0 and "recorded for 'vllm==0.33.0' by its spec only" in out
