@@ -583,6 +583,9 @@ WITNESSES: dict[str, Witness] = {
     "prefill_list_output_unflattened": prefill(batch(request(4, 0, 4, item((0, 1))), ndim=3), form="list"),
     "prefill_per_request_skips_cached": prefill(SAME_ITEM_TWICE, path="per_request"),
     "prefill_per_request_off_by_one": prefill(batch(request(6, 1, 4, item((1, 3)))), path="per_request"),
+    "prefill_per_request_encodes_straddling": prefill(
+        batch(request(8, 2, 0, item((0, 5))), request(4, 0, 4, item((0, 1), h=2))), path="per_request"
+    ),
     "prefill_reads_back_from_cache": prefill(batch(request(4, 0, 4, item((0, 1)))), cache_size=1),
     "prefill_overlap_by_extent": prefill(batch(request(12, 5, 2, item((2, 3), (8, 9))))),
     "short_extend_list_indexed": prefill(replace(batch(request(4, 0, 0, item((0, 1)))), extend_listed=0)),

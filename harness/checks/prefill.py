@@ -41,13 +41,15 @@ def run(
     *,
     cache: Any = None,
     form: str = "tensor",
-    path: str = "batched",
+    path: str | None = None,
 ) -> tuple[Outcome, Encoder]:
-    """One ``chunked_prefill_embedding`` call with a fresh recording encoder (and cache unless given)."""
+    """One ``chunked_prefill_embedding`` call with a fresh recording encoder (and cache unless given), on
+    ``path`` (one of the target's own ``paths``; its default unless given)."""
     encoder = Encoder(case, form)
     if cache is None:
         cache = target.new_cache(UNLIMITED_CACHE)
-    call = partial(target.chunked_prefill_embedding, case, encoder, cache=cache, path=path)
+    chosen = paths_of(target)[0] if path is None else path
+    call = partial(target.chunked_prefill_embedding, case, encoder, cache=cache, path=chosen)
     return observe(call), encoder
 
 
@@ -95,30 +97,36 @@ def refused_collision(case: Case, outcome: Outcome, *, anywhere: bool = False) -
 )
 @hazard_on_collision
 def encoder_calls(target: Target, case: Case, params: dict) -> None:
-    """Only items inside a window are encoded, each ``(hash, token count)`` at most once per batch.
+    """On every path, only items inside a window are encoded, each ``(hash, token count)`` once per batch.
 
     Encoder work a window did not need gives the right rows, late or twice: a
-    hazard (the cost is the user's), never a divergence.
+    hazard (the cost is the user's), never a divergence. A path other than the
+    default is named in the hazard: each path has its own encoding loop.
     """
-    outcome, encoder = run(target, case)
-    if refused_collision(case, outcome):
-        return
-    value_of(outcome, "chunked prefill", "a tensor or None")
     allowed = reference.items_in_windows(case)
-    outside = [key for key in encoder.encoded if key not in allowed]
-    if outside:
-        raise Hazard(
-            "items outside every window were encoded",
-            expected=f"only (hash, tokens) in {sorted(allowed)}",
-            actual=f"also {outside}",
-        )
-    repeated = sorted({key for key in encoder.encoded if encoder.encoded.count(key) > 1})
-    if repeated:
-        raise Hazard(
-            "an item was encoded more than once in one batch",
-            expected="each (hash, tokens) once",
-            actual=f"{repeated} in calls {encoder.calls}",
-        )
+    default, *others = paths_of(target)
+    for path in (default, *others):
+        outcome, encoder = run(target, case, path=path)
+        if refused_collision(case, outcome):
+            return
+        if path != default and outcome.raised:
+            continue  # another path's refusal is prefill.path_independent's to judge
+        value_of(outcome, "chunked prefill", "a tensor or None")
+        where = "" if path == default else f" on the {path} path"
+        outside = [key for key in encoder.encoded if key not in allowed]
+        if outside:
+            raise Hazard(
+                f"items outside every window were encoded{where}",
+                expected=f"only (hash, tokens) in {sorted(allowed)}",
+                actual=f"also {outside}",
+            )
+        repeated = sorted({key for key in encoder.encoded if encoder.encoded.count(key) > 1})
+        if repeated:
+            raise Hazard(
+                f"an item was encoded more than once in one batch{where}",
+                expected="each (hash, tokens) once",
+                actual=f"{repeated} in calls {encoder.calls}",
+            )
 
 
 def _whole_windows(case: Case) -> Case:

@@ -44,6 +44,11 @@ def _torch() -> Any:
     return torch
 
 
+def _straddles(item: Item, req: Request) -> bool:
+    """The seeded bug's test: the item's extent holds the window's start (an empty window included)."""
+    return item.spans[0][0] <= req.prefix_len <= item.spans[-1][1]
+
+
 def _before(spans: Sequence[Span], position: int) -> int:
     """How many placeholder positions of ``spans`` lie before ``position``: interval arithmetic."""
     return sum(min(max(position - start, 0), end - start + 1) for start, end in spans)
@@ -293,7 +298,10 @@ class EngineModel(Target):
         for r in self._request_order(len(inside)):
             req = case.requests[r]
             if path == "per_request":
-                encoded = self._embed(inside[r], encoder, cache, found)
+                wanted = inside[r]
+                if self.bug == "prefill_per_request_encodes_straddling":
+                    wanted = [*wanted, *(i for i in req.items if i not in wanted and _straddles(i, req))]
+                encoded = self._embed(wanted, encoder, cache, found)
                 if not encoded and self.bug == "prefill_per_request_skips_cached":
                     continue
                 if self.bug == "prefill_per_request_off_by_one":

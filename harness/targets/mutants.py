@@ -96,6 +96,12 @@ _MUTANTS = (
     Mutant("prefill_list_output_unflattened", "R3", "list-form [1, n, H] blocks are not flattened"),
     Mutant("prefill_per_request_skips_cached", "R3", "per-request path: an all-hit request is skipped"),
     Mutant("prefill_per_request_off_by_one", "R3", "per-request path: the window starts one late"),
+    Mutant(
+        "prefill_per_request_encodes_straddling",
+        "R3",
+        "per-request path: an item whose extent holds the window start is encoded, even for an empty window",
+        hazard=True,
+    ),
     Mutant("prefill_reads_back_from_cache", "R3", "rows read back from the cache: a refused item drops"),
     Mutant(
         "short_extend_list_indexed",
