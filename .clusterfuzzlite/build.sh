@@ -5,6 +5,8 @@
 # Each target is a small script (.clusterfuzzlite/fuzz_*.py) packaged by
 # compile_python_fuzzer; the seeds in corpus/ become its seed corpus, and the known
 # findings (corpus/fuzz-baseline.json) ship with it, so only new findings are crashes.
+# Then every check the SGLang release can run, as `mmharness fuzz check:ID` runs it (coverage
+# from the release's loaded files): a script per check, generated at the end (fuzz_check_*).
 #
 # MMHARNESS_FUZZ_RELEASE picks the SGLang release the engine fuzzers load (default 0.5.23),
 # MMHARNESS_FUZZ_VLLM_RELEASE the vLLM one (default 0.33.0; only the driver's files are kept).
@@ -28,4 +30,18 @@ for fuzzer in .clusterfuzzlite/fuzz_*.py; do
   if [ -d "$seeds" ]; then
     zip -j -q "$OUT/${name}_seed_corpus.zip" "$seeds"/*.json
   fi
+done
+
+# The checks: one generated script per check the SGLang release's target can run on CPU.
+for check in $(python3 -c "from mmharness.fuzz.checks import runnable; print(*runnable('sglang==$RELEASE'))"); do
+  script="$SRC/fuzz_check_$(echo "$check" | tr '.-' '__').py"
+  printf '%s\n' \
+    "\"\"\"ClusterFuzzLite entry point: the check $check on sglang==$RELEASE (mmharness fuzz check:$check).\"\"\"" \
+    "from mmharness.fuzz.checks import bundled_main" \
+    "" \
+    "if __name__ == \"__main__\":" \
+    "    bundled_main(\"$check\", \"sglang==$RELEASE\")" > "$script"
+  # Checks and engines are found by name at run time (importlib, entry points): bundle them all.
+  compile_python_fuzzer "$script" --add-data "$OUT/mmharness-cache:mmharness-cache" \
+    --collect-submodules mmharness --copy-metadata mmharness
 done

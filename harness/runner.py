@@ -282,6 +282,42 @@ def run_check(
     return search.result()
 
 
+def fuzz_target(
+    check: Check,
+    target: Target,
+    *,
+    device: str = "cpu",
+    deadline: float | None = None,
+    database: Any = None,
+    known: set[str] | None = None,
+) -> Callable[[bytes], Failure | None]:
+    """The check's test as ``run_check`` builds it, driven by a fuzzer's bytes (Hypothesis's
+    ``fuzz_one_input``): each call draws one example from the bytes and runs it (swept) on the target;
+    ``None`` when it passed or the bytes drew no example, else the ``Failure`` (unshrunk; its case is
+    ``failure.example``). A failing example is saved to ``database`` under the key ``run_check`` reads
+    (the check, target and device), so ``run_check(..., database=database)`` with a profile that is not
+    derandomized replays and shrinks it into an ordinary ``Result``. ``known``: signatures that pass (a
+    baseline's); the caller may add to the set between calls. ``deadline`` as in ``run_check``."""
+    if database is not None:
+        from mmharness.database import KeyedDatabase
+
+        database = KeyedDatabase(database, check.id, target.name, device)
+    search = _Search(check, target, device, 1, database, deadline=deadline_for("ci", device, deadline))
+    known = set() if known is None else known
+    test = search.test(known, {}, {}, database=database)
+    one_input = test.hypothesis.fuzz_one_input
+
+    def run(data: bytes) -> Failure | None:
+        search.hung = 0  # each input on its own: a fuzzer's long run never adds up to giving up
+        try:
+            one_input(data)
+        except _Found as found:
+            return found.failure
+        return None
+
+    return run
+
+
 class Interrupted(KeyboardInterrupt):
     """The run was stopped during a check; ``result`` holds what it had found (some maybe unshrunk)."""
 
@@ -355,22 +391,27 @@ class _Search:
             deadline=self.deadline,
         )
 
-    def round(self, round_seed: int | None) -> bool:
-        """One Hypothesis run over the rest of the budget; whether it found a new signature."""
-        from hypothesis import HealthCheck, Phase, Verbosity, example, given, settings
-        from hypothesis import seed as fixed_seed
+    def test(
+        self,
+        known: Collection[str],
+        first_seen: dict[str, int],
+        first_example: dict[str, tuple[Failure, Example]],
+        *,
+        database: Any,
+    ) -> Callable[..., None]:
+        """The round's Hypothesis test: each drawn example run (swept) on the target; a failure of a
+        signature not ``known`` raised as its own exception type, first seen (``first_seen``: after how
+        many calls; ``first_example``: the failure and its case) noted. ``round`` runs it;
+        ``fuzz_target`` hands it to a fuzzer through Hypothesis's ``fuzz_one_input``."""
+        from hypothesis import HealthCheck, Phase, Verbosity, given, settings
         from mmharness import interrupts
 
-        known = set(self.findings)
-        first_seen: dict[str, int] = {}
-        first_example: dict[str, tuple[Failure, Example]] = {}
         calls = 0
 
         @settings(
             max_examples=self.budget - self.spent,
             derandomize=False,
-            # Later rounds pass the signatures found: Hypothesis would drop their saved examples.
-            database=self.database if not known else None,
+            database=database,
             deadline=None,
             report_multiple_bugs=True,
             print_blob=False,
@@ -404,6 +445,18 @@ class _Search:
             # raised outside the except: no context
             raise _found_type(failure.signature)(failure, failure.example)
 
+        return prop
+
+    def round(self, round_seed: int | None) -> bool:
+        """One Hypothesis run over the rest of the budget; whether it found a new signature."""
+        from hypothesis import example
+        from hypothesis import seed as fixed_seed
+
+        known = set(self.findings)
+        first_seen: dict[str, int] = {}
+        first_example: dict[str, tuple[Failure, Example]] = {}
+        # Later rounds pass the signatures found: Hypothesis would drop their saved examples.
+        prop = self.test(known, first_seen, first_example, database=self.database if not known else None)
         if not known:
             for case in self.explicit:
                 prop = example(case)(prop)

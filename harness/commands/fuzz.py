@@ -1,6 +1,7 @@
-"""``mmharness fuzz``: a parser fuzzed with atheris, every option (libFuzzer's integer flags too)
-checked first, the fuzzer in a supervised child process (``mmharness.fuzz.supervised``);
-``mmharness fuzz --list``: every fuzz target with its engine, one a line."""
+"""``mmharness fuzz``: a parser, or a check against a target (``check:ID``), fuzzed with atheris,
+every option (libFuzzer's integer flags too) checked first, the fuzzer in a supervised child process
+(``mmharness.fuzz.supervised``); ``mmharness fuzz --list``: every fuzz target with its engine, one a
+line."""
 
 from __future__ import annotations
 
@@ -18,19 +19,25 @@ from mmharness.commands.options import (
     findings_option,
     writable,
 )
-from mmharness.fuzz.registry import CASE_PARSER, fuzz_parsers, listing
+from mmharness.fuzz.registry import CASE_PARSER, CHECK_PREFIX, fuzz_parsers, listing
 
 
 def add_parser(sub) -> None:
     fuzz = sub.add_parser(
         "fuzz",
-        help="fuzz a parser with atheris (libFuzzer arguments after --)",
+        help="fuzz a parser, or a check on a target (check:ID), with atheris (libFuzzer arguments after --)",
         usage=(
-            "mmharness fuzz {PARSER | --list} [--target SPEC] [--corpus DIR] [--baseline FILE] [--strict]"
-            " [--findings DIR] [--describe] [-- LIBFUZZER_ARGS...]"
+            "mmharness fuzz {PARSER | check:ID | --list} [--target SPEC] [--corpus DIR] [--baseline FILE]"
+            " [--strict] [--findings DIR] [--describe] [-- LIBFUZZER_ARGS...]"
         ),
     )
-    fuzz.add_argument("parser", nargs="?", choices=sorted(fuzz_parsers()))
+    fuzz.add_argument(
+        "parser",
+        nargs="?",
+        metavar="PARSER | check:ID",
+        help=f"one of {', '.join(sorted(fuzz_parsers()))}; or check:ID, a check (`mmharness checks`)"
+        " run on --target with coverage of the target's engine files guiding the search",
+    )
     fuzz.add_argument(
         "--list",
         action="store_true",
@@ -40,7 +47,7 @@ def add_parser(sub) -> None:
         "--target",
         metavar="SPEC",
         help="engine parsers: a release (ENGINE==X) or a path to one (default: the engine's newest tested);"
-        " case-parser ignores it",
+        " check:ID: any target `mmharness check` takes (default: reference); case-parser ignores it",
     )
     fuzz.add_argument(
         "--corpus",
@@ -50,12 +57,14 @@ def add_parser(sub) -> None:
     fuzz.add_argument(
         "--baseline",
         metavar="FILE",
-        help="known findings (e.g. corpus/fuzz-baseline.json): reported once, not fatal",
+        help="known findings (e.g. corpus/fuzz-baseline.json): reported once, not fatal; check:ID: a"
+        " `check --write-baseline` file or a --json report, whose findings of the check on the target pass",
     )
     fuzz.add_argument(
         "--strict",
         action="store_true",
-        help="engine parsers: a ValueError/TypeError that Python raised inside the parser is a finding too",
+        help="engine parsers: a ValueError/TypeError that Python raised inside the parser is a finding too;"
+        " check:ID: hazards and could-not-test are findings too, as for `check --strict`",
     )
     fuzz.add_argument(
         "--findings",
@@ -65,29 +74,47 @@ def add_parser(sub) -> None:
     fuzz.add_argument(
         "--describe",
         action="store_true",
-        help="engine parsers: show the loaded release, files, functions and stubs, then exit",
+        help="engine parsers and checks: show the loaded target (release, files, functions, stubs); exit",
     )
 
 
 def run(args: argparse.Namespace) -> int:
     if args.list:
-        for name, engine in listing():
-            print(f"{name:<24} {engine}")
+        rows = listing()
+        width = max(24, *(len(name) for name, _ in rows))
+        for name, engine in rows:
+            print(f"{name:<{width}} {engine}")
         return 0
     if args.parser is None:
-        raise UsageError("fuzz: give a PARSER (`mmharness fuzz --list` lists them)")
+        raise UsageError("fuzz: give a PARSER or check:ID (`mmharness fuzz --list` lists them)")
+    _known_fuzz_target(args.parser)
     from mmharness.fuzz import FINDINGS_ENV
 
     saved = os.environ.get(FINDINGS_ENV)
     if args.findings:  # the fuzz guard reads it from the environment; put it back for a caller in-process
         os.environ[FINDINGS_ENV] = args.findings
     try:
+        if args.parser.startswith(CHECK_PREFIX):
+            return _run_check_fuzzer(args)
         return _run_fuzzer(args)
     finally:
         if saved is None:
             os.environ.pop(FINDINGS_ENV, None)
         else:
             os.environ[FINDINGS_ENV] = saved
+
+
+def _known_fuzz_target(name: str) -> None:
+    """A name ``--list`` lists, else a usage error naming the choices."""
+    if name.startswith(CHECK_PREFIX):
+        from mmharness.checks import all_checks
+
+        if name.removeprefix(CHECK_PREFIX) not in all_checks():
+            raise UsageError(f"fuzz: {name}: no such check (`mmharness checks` lists them)")
+        return
+    if name not in fuzz_parsers():
+        choices = ", ".join(sorted(fuzz_parsers()))
+        raise UsageError(f"fuzz: {name}: no such fuzz target; choose from {choices} or check:ID")
 
 
 def _seed_corpus(parser: str) -> Path:
@@ -161,11 +188,7 @@ def _run_fuzzer(args: argparse.Namespace) -> int:
         import atheris  # noqa: F401
     except ImportError:
         raise UsageError("fuzzing needs atheris: pip install 'mmharness[fuzz]'") from None
-    replaying = any(not arg.startswith("-") and Path(arg).is_file() for arg in args.passthrough)
-    libfuzzer = list(args.passthrough)
-    if not any(arg.startswith("-artifact_prefix=") for arg in libfuzzer):
-        findings_dir().mkdir(parents=True, exist_ok=True)
-        libfuzzer.insert(0, f"-artifact_prefix={findings_dir()}{os.sep}")
+    libfuzzer, replaying = _libfuzzer_args(args.passthrough)
 
     def fuzz(scratch: Path) -> int:
         """In the child: new inputs go to ``scratch/corpus`` (libFuzzer writes into the first corpus
@@ -192,3 +215,88 @@ def _run_fuzzer(args: argparse.Namespace) -> int:
         return PASSED_EXIT
 
     return supervised(f"mmharness-{args.parser}-", fuzz)
+
+
+def _libfuzzer_args(passthrough: list[str]) -> tuple[list[str], bool]:
+    """libFuzzer's arguments with the findings directory as its ``-artifact_prefix`` unless one is
+    given; whether they name an input file (a replay: no corpus directories then)."""
+    from mmharness.fuzz import findings_dir
+
+    replaying = any(not arg.startswith("-") and Path(arg).is_file() for arg in passthrough)
+    libfuzzer = list(passthrough)
+    if not any(arg.startswith("-artifact_prefix=") for arg in libfuzzer):
+        findings_dir().mkdir(parents=True, exist_ok=True)
+        libfuzzer.insert(0, f"-artifact_prefix={findings_dir()}{os.sep}")
+    return libfuzzer, replaying
+
+
+CHECK_FLAGS = ("-max_len=1024", "-len_control=0")
+"""libFuzzer's defaults for a check, unless given: Hypothesis draws a whole example from the input, and
+the short inputs libFuzzer starts with (its length control) draw none, so the fuzzer saw no coverage."""
+
+
+def _run_check_fuzzer(args: argparse.Namespace) -> int:
+    """``check:ID``: the check on ``--target`` in the supervised child (``mmharness.fuzz.checks``).
+    The target is loaded here, before the child starts, so one that does not load is a usage error;
+    a check it cannot run answers as ``check`` would (4: nothing ran; 3: could not test)."""
+    from mmharness.commands.options import COULD_NOT_TEST_EXIT, NOTHING_RAN, resolve_target
+    from mmharness.fuzz import checks, findings_dir, supervised
+    from mmharness.runner import SKIPPED, not_run
+
+    check_id = checks.check_id(args.parser)
+    spec = args.target or "reference"
+    writable(findings_option(args.findings)[0], str(findings_dir()), directory=True)
+    seeds = args.corpus or str(_seed_corpus(args.parser))
+    if args.corpus and not Path(seeds).is_dir():
+        raise UsageError(f"--corpus {seeds}: not a directory")
+    _check_libfuzzer_args(args.passthrough)
+    target = resolve_target(spec)
+    if args.describe:
+        print_description(checks.describe(args.parser, target))
+        return 0
+    known = _check_baseline(args.baseline, check_id, target, spec)
+    from mmharness.checks import all_checks
+
+    unrunnable = not_run(all_checks()[check_id], target, checks.DEVICE)
+    if unrunnable is not None:
+        print(f"mmharness: {check_id} cannot run on {spec}: {unrunnable.reason}", file=sys.stderr)
+        return NOTHING_RAN if unrunnable.status == SKIPPED else COULD_NOT_TEST_EXIT
+    try:
+        import atheris  # noqa: F401
+    except ImportError:
+        raise UsageError("fuzzing needs atheris: pip install 'mmharness[fuzz]'") from None
+    libfuzzer, replaying = _libfuzzer_args(args.passthrough)
+    given = {flag.split("=", 1)[0] for flag in libfuzzer}
+    libfuzzer = [*(flag for flag in CHECK_FLAGS if flag.split("=", 1)[0] not in given), *libfuzzer]
+    findings = findings_dir()
+
+    def fuzz(scratch: Path) -> int:
+        corpus = scratch / "corpus"
+        corpus.mkdir()
+        dirs = [] if replaying else [str(corpus), *([seeds] if Path(seeds).is_dir() else [])]
+        argv = [f"mmharness-fuzz-{args.parser}", *libfuzzer, *dirs]
+        checks.main(
+            argv, check=check_id, target=target, spec=spec, known=known, strict=args.strict, findings=findings
+        )
+        return PASSED_EXIT
+
+    return supervised(f"mmharness-check-{check_id}-", fuzz)
+
+
+def _check_baseline(path: str | None, check_id: str, target, spec: str) -> set[str]:
+    """``--baseline`` for a check: the signatures of ``check_id``'s findings it holds for this target
+    (a ``check --write-baseline`` file or a ``--json`` report)."""
+    if not path:
+        return set()
+    from mmharness import baseline
+    from mmharness.fuzz.checks import DEVICE
+    from mmharness.jsonfile import JSONFileError
+
+    try:
+        known = baseline.load(path, baseline.identity(target, spec))
+    except JSONFileError as error:
+        raise UsageError(f"--baseline {error}") from None
+    entries = [e for e in known.entries if e.check == check_id and e.device == DEVICE]
+    if any(e.signature is None for e in entries):
+        raise UsageError(f"--baseline {path}: it tolerates every finding of {check_id}: nothing to fuzz for")
+    return {e.signature for e in entries}
