@@ -7,9 +7,12 @@ so cases stay small, compare by value and shrink well.
 
 from __future__ import annotations
 
+import sys
+from bisect import bisect_right, insort
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from functools import cached_property
+from itertools import pairwise
 from typing import NamedTuple
 
 DTYPES = ("float32", "float16", "bfloat16")
@@ -90,6 +93,11 @@ class Item:
     mismatch on purpose; ``None``: they agree (R5)."""
     model_data: tuple[tuple[str, str], ...] = ()
     """``(key, form)`` of each ``MODEL_DATA_KEYS`` entry the engine item carries beside its grid (R5)."""
+    frame_rows: tuple[int, ...] = ()
+    """An EVS-pruned video (efficient video sampling): the rows each frame kept, one per span, in
+    frame order; their total is the item's token count. The spans are the processor's estimate; the
+    engine moves the placeholders so that frame ``k`` holds ``frame_rows[k]`` (docs/rules.md, R3e).
+    Empty: not pruned."""
 
     @cached_property  # asked for every row of every window: worth remembering
     def token_count(self) -> int:
@@ -178,6 +186,14 @@ class Case:
                 yield r, i, item
 
 
+def interleaves(request: Request) -> bool:
+    """Whether the request's spans, in item then span order, are not in position order: an item's
+    spans lie inside another item's extent (an audio track in its video's gaps, docs/rules.md, Terms).
+    The engines' rule functions see one modality's items at a time, where they never are."""
+    spans = [span for item in request.items for span in item.spans]
+    return any(start <= end for (_, end), (start, _) in pairwise(spans))
+
+
 def listed_windows(case: Case) -> Case:
     """The case as R3 reads its per-request lists: every request past either list's end with an
     empty window, and the lists whole again (the same step, in the ordinary convention)."""
@@ -186,6 +202,41 @@ def listed_windows(case: Case) -> Case:
     listed = case.listed
     requests = tuple(r if k < listed else replace(r, extend_len=0) for k, r in enumerate(case.requests))
     return replace(case, requests=requests, prefix_listed=None, extend_listed=None)
+
+
+def pruned(request: Request) -> Request:
+    """The request as the engine serves it once EVS has pruned its videos (``Item.frame_rows``).
+
+    Walk the pruned video's extent token by token: its frames in order, the
+    text between two frames kept as it was; frame ``k`` now holds its
+    ``frame_rows[k]`` rows (none: the frame is gone). The extent starts where
+    it did and keeps its length (pruning keeps the total), so nothing outside
+    it moves. Every other request is itself.
+    """
+    if not any(item.frame_rows for item in request.items):
+        return request
+    items = []
+    for item in request.items:
+        if not item.frame_rows:
+            items.append(item)
+            continue
+        tokens: list[int | None] = []  # the frame at each position of the extent, None at text
+        for k, kept in enumerate(item.frame_rows):
+            if k:
+                tokens.extend([None] * (item.spans[k][0] - item.spans[k - 1][1] - 1))
+            tokens.extend([k] * kept)
+        runs: list[list[int]] = []  # [start, end, frame]: one span per frame that kept rows
+        for n, frame in enumerate(tokens):
+            position = item.extent.start + n
+            if frame is None:
+                continue
+            if runs and runs[-1][2] == frame:
+                runs[-1][1] = position
+            else:
+                runs.append([position, position, frame])
+        merged = [(start, end) for start, end, _ in runs]
+        items.append(replace(item, spans=tuple(merged), frame_rows=()))
+    return replace(request, items=tuple(items))
 
 
 def validate(case: Case) -> None:
@@ -231,7 +282,9 @@ def _request_problems(path: str, request: Request) -> Iterator[CaseError]:
             f"{path}.extend_len",
             f"window ends at {window_end}, past seq_len {request.seq_len}",
         )
-    previous_end = -1
+    held: list[tuple[int, int, int]] = []  # (start, end, item) of every earlier item's spans, sorted
+    first_of: list[int] = []  # each earlier item's first position
+    last_of: dict[str, int] = {}  # modality -> the last position of its latest item
     for i, item in enumerate(request.items):
         item_at = f"{path}.items[{i}]"
         if item.modality not in MODALITIES:
@@ -243,19 +296,13 @@ def _request_problems(path: str, request: Request) -> Iterator[CaseError]:
             yield CaseError(f"{item_at}.device", f"must be one of {', '.join(DEVICES)}, got {item.device!r}")
         if not item.spans:
             yield CaseError(f"{item_at}.spans", "an item needs at least one span")
-        for s, (start, end) in enumerate(item.spans):
-            span_at = f"{item_at}.spans[{s}]"
-            if end < start:
-                yield CaseError(span_at, f"end {end} < start {start}")
-            elif start < 0 or end >= request.seq_len:
-                yield CaseError(span_at, f"({start}, {end}) outside [0, {request.seq_len})")
-            elif start <= previous_end:
-                yield CaseError(
-                    span_at,
-                    f"starts at {start}, not after the previous span's end {previous_end}"
-                    " (spans must be disjoint and increasing)",
-                )
-            previous_end = max(previous_end, end)
+        yield from _span_problems(item_at, item, request.seq_len, held, first_of, last_of.get(item.modality))
+        for start, end in item.spans:
+            if 0 <= start <= end < request.seq_len:
+                insort(held, (start, end, i))
+        if item.spans:
+            first_of.append(item.spans[0][0])
+            last_of[item.modality] = max(last_of.get(item.modality, -1), max(end for _, end in item.spans))
         if item.rows is not None and item.rows != item.token_count:
             yield CaseError(
                 f"{item_at}.rows",
@@ -270,6 +317,87 @@ def _request_problems(path: str, request: Request) -> Iterator[CaseError]:
             if len(row) != 3 or any(n < 1 for n in row):
                 yield CaseError(f"{item_at}.grid[{g}]", f"expected three positive ints (t, h, w), got {row}")
         yield from _split_form_problems(item_at, item)
+        if item.frame_rows:
+            yield from _pruned_problems(item_at, i, item, request)
+
+
+def _span_problems(
+    item_at: str,
+    item: Item,
+    seq_len: int,
+    held: list[tuple[int, int, int]],
+    first_of: list[int],
+    modality_end: int | None,
+) -> Iterator[CaseError]:
+    """An item's spans: in range, increasing within the item, no position held by an earlier item,
+    the item after the previous one (by first position), and after the previous item of its modality.
+
+    Items of different modalities may interleave (an audio track in the gaps between its video's
+    frames); a position held by two items, or two items of one modality interleaved, may not.
+    """
+    # Every break of these rules also broke the old one (spans increasing across the request), whose
+    # words the problem keeps, with the end of every span before: saved findings name problems so.
+    before = max((end for _, end, _ in held), default=-1)
+    previous_end = -1
+    for s, (start, end) in enumerate(item.spans):
+        span_at = f"{item_at}.spans[{s}]"
+        if end < start:
+            yield CaseError(span_at, f"end {end} < start {start}")
+        elif start < 0 or end >= seq_len:
+            yield CaseError(span_at, f"({start}, {end}) outside [0, {seq_len})")
+        elif (
+            start <= previous_end
+            or _held_within(held, start, end) is not None
+            or (s == 0 and first_of and start <= first_of[-1])
+        ):
+            yield CaseError(
+                span_at,
+                f"starts at {start}, not after the previous span's end {max(before, previous_end)}"
+                " (spans must be disjoint and increasing)",
+            )
+        elif s == 0 and modality_end is not None and start <= modality_end:
+            yield CaseError(
+                span_at,
+                f"starts at {start}, not after the previous {item.modality} item's end {modality_end}"
+                " (items of one modality never interleave)",
+            )
+        previous_end = max(previous_end, end)
+
+
+def _pruned_problems(item_at: str, i: int, item: Item, request: Request) -> Iterator[CaseError]:
+    """An EVS-pruned video: a raw video of a span per frame, its kept rows adding up to its tokens,
+    the only video of its request (the engine prunes one video per call), nothing inside its extent
+    (the engine moves the text between frames)."""
+    at = f"{item_at}.frame_rows"
+    if item.modality != "video":
+        yield CaseError(at, f"EVS prunes videos, not {item.modality} items")
+    elif item.precomputed:
+        yield CaseError(at, "EVS prunes the encoder's output; a precomputed item has none")
+    elif len(item.spans) < 2 or len(item.frame_rows) != len(item.spans):
+        yield CaseError(at, f"one count per frame span: {len(item.frame_rows)} for {len(item.spans)} spans")
+    elif any(n < 0 for n in item.frame_rows):
+        yield CaseError(at, f"negative row count in {list(item.frame_rows)}")
+    elif sum(item.frame_rows) != item.token_count:
+        kept = sum(item.frame_rows)
+        yield CaseError(at, f"{kept} rows kept for {item.token_count} placeholders (pruning keeps the total)")
+    else:
+        extent = item.extent
+        for j, other in enumerate(request.items):
+            if j == i:
+                continue
+            if other.modality == "video":
+                yield CaseError(at, f"items[{j}] is another video of the request (EVS prunes one per call)")
+            elif any(start < extent.stop and end >= extent.start for start, end in other.spans):
+                yield CaseError(at, f"items[{j}] lies inside the pruned video's extent (pruning moves it)")
+
+
+def _held_within(held: list[tuple[int, int, int]], start: int, end: int) -> tuple[int, int, int] | None:
+    """An earlier item's span sharing a position with ``(start, end)`` (the held spans are disjoint)."""
+    k = bisect_right(held, (end, sys.maxsize, sys.maxsize))
+    for other in held[max(0, k - 2) : k]:
+        if other[1] >= start:
+            return other
+    return None
 
 
 def _split_form_problems(item_at: str, item: Item) -> Iterator[CaseError]:

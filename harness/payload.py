@@ -1,5 +1,5 @@
 """JSON <-> ``Case``: the ``mmharness.case/1`` format (``/1.1``: items may name their device; ``/1.2``:
-and carry the R5 split forms) and its strict, total parser (rule R7).
+and carry the R5 split forms; ``/1.3``: and be EVS-pruned videos) and its strict, total parser (rule R7).
 
 One format serves the corpus, saved findings and ``replay``, so the parser is
 fed both hand-written files and fuzzer output. It therefore promises three
@@ -51,7 +51,10 @@ FORMAT_ITEM_DEVICES = "mmharness.case/1.1"
 FORMAT_SPLIT_FORMS = "mmharness.case/1.2"
 """The minor version that adds the R5 split forms (``items[].grid_form``, ``feature_form``,
 ``feature_rows``, ``model_data``, the ``video_grid_thw`` key); a case using none is written as before."""
-FORMATS = (FORMAT, FORMAT_ITEM_DEVICES, FORMAT_SPLIT_FORMS)
+FORMAT_EVS = "mmharness.case/1.3"
+"""The minor version that adds EVS-pruned videos (``items[].frame_rows``); a case with none is written
+as before."""
+FORMATS = (FORMAT, FORMAT_ITEM_DEVICES, FORMAT_SPLIT_FORMS, FORMAT_EVS)
 SPLIT_FORM_KEYS = ("grid_form", "feature_form", "feature_rows", "model_data")
 PROVENANCE_KEYS = ("check", "rule", "target", "note")
 """Free-form strings a saved finding carries; they never change the case."""
@@ -153,8 +156,9 @@ def parse_document(obj: object) -> Document:
         ndim=_get(root, "$", "ndim", defaults["ndim"], _choice, NDIMS),
     )
     device = _get(root, "$", "device", defaults["device"], _choice, DEVICES)
-    context.item_devices = root["format"] in (FORMAT_ITEM_DEVICES, FORMAT_SPLIT_FORMS)
-    context.split_forms = root["format"] == FORMAT_SPLIT_FORMS
+    context.item_devices = root["format"] in (FORMAT_ITEM_DEVICES, FORMAT_SPLIT_FORMS, FORMAT_EVS)
+    context.split_forms = root["format"] in (FORMAT_SPLIT_FORMS, FORMAT_EVS)
+    context.evs = root["format"] == FORMAT_EVS
     provenance = {key: _text(root[key], "$", key) for key in PROVENANCE_KEYS if key in root}
     params = _params(root["params"]) if "params" in root else {}
     requests = _array(root["requests"], "$", "requests", MAX_REQUESTS)
@@ -194,9 +198,9 @@ def dump(
     provenance = {"check": check, "rule": rule, "target": target, "note": note, "params": params or None}
     mixed = any(item.device is not None for _, _, item in case.items())
     forms = any(_uses_split_forms(item) for _, _, item in case.items())
-    document: dict[str, Any] = {
-        "format": FORMAT_SPLIT_FORMS if forms else FORMAT_ITEM_DEVICES if mixed else FORMAT
-    }
+    evs = any(item.frame_rows for _, _, item in case.items())
+    newest = FORMAT_EVS if evs else FORMAT_SPLIT_FORMS if forms else None  # each minor adds to the last
+    document: dict[str, Any] = {"format": newest or (FORMAT_ITEM_DEVICES if mixed else FORMAT)}
     document.update((key, value) for key, value in provenance.items() if value is not None)
     document.update(
         malformed=not is_well_formed(case),
@@ -243,6 +247,8 @@ def _dump_item(item: Item, case: Case) -> dict[str, Any]:
     if "model_data" in forms:
         forms["model_data"] = [list(entry) for entry in item.model_data]
     dumped.update(forms)
+    if item.frame_rows:
+        dumped["frame_rows"] = list(item.frame_rows)
     dumped["embedding"] = _embedding_description(item, case.hidden, case.dtype, case.ndim)
     return dumped
 
@@ -364,7 +370,9 @@ class _Context:
     the field worth naming.
     """
 
-    __slots__ = ("descriptions", "dtype", "hidden", "item_devices", "ndim", "rows", "split_forms", "tokens")
+    __slots__ = (
+        "descriptions", "dtype", "evs", "hidden", "item_devices", "ndim", "rows", "split_forms", "tokens",
+    )  # fmt: skip
 
     def __init__(self, hidden: int, dtype: str, ndim: int) -> None:
         self.hidden = hidden
@@ -376,7 +384,9 @@ class _Context:
         self.item_devices = False
         """Whether items may name their own device (format ``/1.1`` or later)."""
         self.split_forms = False
-        """Whether items may carry the R5 split forms (format ``/1.2``)."""
+        """Whether items may carry the R5 split forms (format ``/1.2`` or later)."""
+        self.evs = False
+        """Whether items may be EVS-pruned videos (format ``/1.3``)."""
 
     def charge_rows(self, path: str, key: str, rows: int) -> None:
         self.rows += rows
@@ -440,6 +450,7 @@ def _item(value: object, path: str, context: _Context) -> Item:
         feature_form=_get(obj, path, "feature_form", defaults["feature_form"], _choice, FEATURE_FORMS),
         feature_rows=_get(obj, path, "feature_rows", defaults["feature_rows"], _optional_int, 0, MAX_ROWS),
         model_data=_get(obj, path, "model_data", defaults["model_data"], _model_data),
+        frame_rows=_get(obj, path, "frame_rows", defaults["frame_rows"], _frame_rows),
     )
     if item.device is not None and not context.item_devices:
         raise PayloadError(f"{path}.device", f"an item's own device needs format {FORMAT_ITEM_DEVICES!r}")
@@ -447,6 +458,8 @@ def _item(value: object, path: str, context: _Context) -> Item:
         for key in (*SPLIT_FORM_KEYS, "grid_key"):
             if key in obj and (key != "grid_key" or item.grid_key not in _FORMAT_1_GRID_KEYS):
                 raise PayloadError(f"{path}.{key}", f"the R5 split forms need format {FORMAT_SPLIT_FORMS!r}")
+    if "frame_rows" in obj and not context.evs:
+        raise PayloadError(f"{path}.frame_rows", f"EVS-pruned videos need format {FORMAT_EVS!r}")
     _charge_item(context, path, item)
     if "embedding" in obj:
         context.descriptions.append((obj["embedding"], f"{path}.embedding", item))
@@ -660,6 +673,17 @@ class _Tuple(NamedTuple):
 
 _SPAN = _Tuple(("start", "end"), MAX_SPANS, -MAX_SEQ_LEN, MAX_SEQ_LEN)
 _GRID_ROW = _Tuple(("t", "h", "w"), MAX_GRID_ROWS, -MAX_GRID_DIM, MAX_GRID_DIM)
+
+
+def _frame_rows(value: object, path: str, key: str) -> tuple[int, ...]:
+    """An EVS video's rows per frame: at most one per span, each in ``[0, MAX_ROWS]``."""
+    counts = _array(value, path, key, MAX_SPANS)
+    for k, n in enumerate(counts):
+        if type(n) is not int or not 0 <= n <= MAX_ROWS:
+            raise PayloadError(
+                f"{_at(path, key)}[{k}]", f"expected an integer in [0, {MAX_ROWS}], got {_show(n)}"
+            )
+    return tuple(counts)
 
 
 def _int_rows(value: object, path: str, key: str, shape: _Tuple) -> tuple[Any, ...]:

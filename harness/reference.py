@@ -22,6 +22,7 @@ from mmharness.model import (
     Request,
     Row,
     Span,
+    pruned,
 )
 
 PARTIAL_PRECOMPUTED_MESSAGE = "MM inputs where only some items are precomputed."
@@ -59,8 +60,22 @@ def embedding_chunk(spans: tuple[Span, ...], prefix_len: int, extend_len: int) -
     return inside, start, end
 
 
+def request_chunk(request: Request) -> tuple[list[int], int, int]:
+    """R1 over every item of a request, as its caller makes it: one call per modality, each call's
+    rows put back at their positions. Indices into the items' rows concatenated in item order, in
+    position order, and R1's ``(start, end)``; ``embedding_chunk`` of the spans unless items interleave.
+    """
+    positions = [p for item in request.items for p in item.positions()]
+    window = request.window
+    inside = [k for p, k in sorted((p, k) for k, p in enumerate(positions)) if p in window]
+    start = sum(1 for p in positions if p < window.start)
+    end = sum(1 for p in positions if p < window.stop)
+    return inside, start, end
+
+
 def window_rows(request: Request) -> list[Row]:
-    """The rows of every item position inside the request's window, in position order."""
+    """The rows of every item position inside the request's window, in position order (after EVS)."""
+    request = pruned(request)
     window = request.window
     inside = [
         (position, item.row(k))
@@ -188,7 +203,7 @@ def _collide(keys: set[tuple[int, Any]]) -> bool:
 def embedding_mask(case: Case) -> list[bool]:
     """R3e: for each token of the batch's ``input_ids`` (the windows), whether it is a placeholder."""
     mask = []
-    for r in case.requests:
+    for r in map(pruned, case.requests):
         placeholders = {p for item in r.items for p in item.positions()}
         mask.extend(p in placeholders for p in r.window)
     return mask

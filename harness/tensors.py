@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from functools import lru_cache
 from typing import TYPE_CHECKING
 
-from mmharness.model import Case, Item, Row
+from mmharness.model import Case, Item, Request, Row
 
 if TYPE_CHECKING:
     import torch
@@ -101,6 +101,16 @@ def materialise(case: Case, rows: Sequence[Row]) -> torch.Tensor:
 def placeholder_id(item: Item) -> int:
     """The token id standing for this item in ``input_ids`` (equal hashes share it)."""
     return PLACEHOLDER_BASE + item.hash % PLACEHOLDER_BASE
+
+
+def sequence_ids(request: Request) -> list[int]:
+    """The request's whole token sequence as its processor emits it: each item's placeholder id at its
+    positions (as the spans give them, before any EVS move), a text token elsewhere."""
+    tokens = [TEXT_TOKEN] * request.seq_len
+    for item in request.items:
+        for p in item.positions():
+            tokens[p] = placeholder_id(item)
+    return tokens
 
 
 def input_ids(case: Case) -> tuple[torch.Tensor, torch.Tensor]:

@@ -33,8 +33,7 @@ class ReferenceTarget(Target):
             raise ValueError(
                 f"requests[{request}]: embedding has {flat.shape[0]} rows for {tokens} placeholder tokens"
             )
-        spans = tuple(span for item in req.items for span in item.spans)
-        inside, start, end = reference.embedding_chunk(spans, req.prefix_len, req.extend_len)
+        inside, start, end = reference.request_chunk(req)
         return _rows(flat, inside), start, end
 
     def precomputed_embedding(self, case: Case) -> torch.Tensor | None:
@@ -55,7 +54,7 @@ class ReferenceTarget(Target):
         if wanted is None:
             return None
         unique: dict[tuple[int, int], Item] = {}
-        for r in case.requests:
+        for r in map(reference.pruned, case.requests):  # where the rows are served (after EVS)
             for item in r.items:
                 if any(p in r.window for p in item.positions()):
                     unique.setdefault((item.hash, item.token_count), item)
@@ -75,8 +74,8 @@ class ReferenceTarget(Target):
             embedding = self.chunked_prefill_embedding(case, encoder, cache=cache)
             if embedding is None:
                 return None, None
-        input_ids, placeholders = tensors.input_ids(case)
-        mask = torch.isin(input_ids, placeholders)
+        input_ids, _ = tensors.input_ids(case)
+        mask = torch.tensor(reference.embedding_mask(case), dtype=torch.bool, device=input_ids.device)
         kept = reference.adjust_embedding_length(embedding.shape[0], int(mask.sum()))
         return embedding[kept.start : kept.stop], mask
 

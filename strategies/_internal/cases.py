@@ -91,7 +91,13 @@ def draw_drafts(
     """
     cap = shape.item_cap
     low = max(min_requests, -(-min_items_total // cap) if min_items_total else 0)
-    n = integer(draw, low, max_requests)
+    if shape.evs:
+        # EVS moves one request's placeholders in the batch's input_ids, which then must be that
+        # request's: pruned videos come in one-request batches, drawn half the time.
+        n = pick(draw, low, max_requests, (1,) if low <= 1 <= max_requests else ())
+        shape = replace(shape, evs=n == 1)
+    else:
+        n = integer(draw, low, max_requests)
     drafts: list[RequestDraft] = []
     have = 0
     for r in range(n):
@@ -158,6 +164,8 @@ def cases(
     device: str = "cpu",
     item_devices: Sequence[str] = (),
     short_lists: bool = False,
+    interleaved: bool = False,
+    evs: bool = False,
 ) -> SearchStrategy[Case]:
     """Well-formed batches: the input of every differential and metamorphic check.
 
@@ -168,9 +176,23 @@ def cases(
     ``item_devices`` (e.g. ``("cpu", "cuda")``) gives each item a device of its
     own, drawn from those: a batch mixing devices (R6). ``short_lists`` draws
     ``prefix_listed`` and ``extend_listed``: the engine's per-request lists
-    shorter than the batch, as EAGLE hands them (R3).
+    shorter than the batch, as EAGLE hands them (R3). ``interleaved`` lets two
+    items be drawn as one: a video with its audio track in the gaps between its
+    frames (Qwen2.5-Omni's ``use_audio_in_video``), one item's spans inside the
+    other's extent (docs/rules.md, Terms); engines whose callers embed each
+    modality apart serve it, so a check turns it on for the targets that do.
+    ``evs`` makes a request's video EVS-pruned (efficient video sampling,
+    ``Item.frame_rows``): the encoder reports how many rows each frame kept and
+    the engine moves the placeholders to match (R3e); such batches have one
+    request (half of all batches then do).
     """
-    shape = check_shape(max_items=max_items, max_spans_per_item=max_spans_per_item, max_seq_len=max_seq_len)
+    shape = check_shape(
+        max_items=max_items,
+        max_spans_per_item=max_spans_per_item,
+        max_seq_len=max_seq_len,
+        interleaved=interleaved,
+        evs=evs,
+    )
     fmt = check_format(hiddens=hiddens, dtypes=dtypes, ndims=ndims, device=device, item_devices=item_devices)
     check_int("min_requests", min_requests, min_value=0)
     check_int("max_requests", max_requests, min_value=0)

@@ -34,6 +34,10 @@ class RequestShape:
     max_items: int = 3
     max_spans_per_item: int = 3
     max_seq_len: int = 40
+    interleaved: bool = False
+    """Whether a video may come with its audio track in its frames' gaps (``items.PAIR_SHAPES``)."""
+    evs: bool = False
+    """Whether a request's video may be EVS-pruned (``Item.frame_rows``)."""
 
     @property
     def item_cap(self) -> int:
@@ -50,11 +54,15 @@ class RequestShape:
         return min(size, MAX_TAPE)
 
 
-def check_shape(*, max_items: int, max_spans_per_item: int, max_seq_len: int) -> RequestShape:
+def check_shape(
+    *, max_items: int, max_spans_per_item: int, max_seq_len: int, interleaved: bool = False, evs: bool = False
+) -> RequestShape:
     check_int("max_items", max_items, min_value=0)
     check_int("max_spans_per_item", max_spans_per_item, min_value=1)
     check_int("max_seq_len", max_seq_len, min_value=0)
-    return RequestShape(max_items, max_spans_per_item, max_seq_len)
+    check_bool("interleaved", interleaved)
+    check_bool("evs", evs)
+    return RequestShape(max_items, max_spans_per_item, max_seq_len, interleaved, evs)
 
 
 @dataclass(frozen=True)
@@ -66,7 +74,13 @@ class RequestDraft:
 
     def build(self, flags: list[bool]) -> Request:
         items = tuple(
-            Item(spans=d.spans, hash=d.hash, precomputed=f, modality=d.modality)
+            Item(
+                spans=d.spans,
+                hash=d.hash,
+                precomputed=f,
+                modality=d.modality,
+                frame_rows=() if f else d.frame_rows,  # EVS prunes the encoder's output
+            )
             for d, f in zip(self.items, flags, strict=True)
         )
         return Request(self.seq_len, self.prefix_len, self.extend_len, items)
@@ -96,9 +110,18 @@ def draw_window(draw: DrawFn | Tape, seq_len: int, points: list[int]) -> tuple[i
 def draw_request(
     draw: DrawFn | Tape, shape: RequestShape, pool: HashPool, *, min_items: int = 0
 ) -> RequestDraft:
-    count = integer(draw, min_items, shape.item_cap)
+    # A request that may hold an EVS video holds an item: pruned videos come early.
+    count = integer(draw, max(min_items, 1 if shape.evs and shape.item_cap else 0), shape.item_cap)
     stop = shape.max_seq_len
-    items, pos = draw_items(draw, count=count, max_spans=shape.max_spans_per_item, stop=stop, pool=pool)
+    items, pos = draw_items(
+        draw,
+        count=count,
+        max_spans=shape.max_spans_per_item,
+        stop=stop,
+        pool=pool,
+        interleaved=shape.interleaved,
+        evs=shape.evs,
+    )
     seq_len = pos + pick(draw, 0, stop - pos, GAP_FAVOURED)
     spans = [span for item in items for span in item.spans]
     prefix, extend = draw_window(draw, seq_len, window_points(seq_len, spans))
@@ -134,14 +157,21 @@ def requests(
     coverage: str = "any",
     duplicates: bool = True,
     collisions: bool = False,
+    interleaved: bool = False,
 ) -> SearchStrategy[Request]:
     """One well-formed ``Request`` with its prefill window.
 
     Items have 1..``max_spans_per_item`` spans (several spans: a video), hashes
     follow the same ``duplicates``/``collisions`` rules as ``cases`` within the
-    request, and ``coverage`` picks the ``precomputed`` flags.
+    request, and ``coverage`` picks the ``precomputed`` flags. ``interleaved``
+    as in ``cases``.
     """
-    shape = check_shape(max_items=max_items, max_spans_per_item=max_spans_per_item, max_seq_len=max_seq_len)
+    shape = check_shape(
+        max_items=max_items,
+        max_spans_per_item=max_spans_per_item,
+        max_seq_len=max_seq_len,
+        interleaved=interleaved,
+    )
     check_int("min_items", min_items, min_value=0)
     check_order("min_items", min_items, "max_items", max_items)
     check_choice("coverage", coverage, COVERAGES)

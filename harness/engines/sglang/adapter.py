@@ -38,7 +38,7 @@ from typing import TYPE_CHECKING, Any
 from mmharness import item_data, tensors
 from mmharness.engines.sglang import forms, items, layout, shims
 from mmharness.engines.sglang.forms import Found
-from mmharness.model import Case, Item, listed_windows
+from mmharness.model import Case, Item, Request, interleaves, is_well_formed, listed_windows, pruned
 from mmharness.targets import base, loader
 from mmharness.targets.base import UNLIMITED_CACHE, Encoder, FeatureItem, HarnessGap, PathName, TargetError
 from mmharness.targets.loaded import Factory, LoadedTarget
@@ -245,6 +245,7 @@ class SGLangTarget(LoadedTarget):
             self.paths += tuple(switch_path(flag) for flag in self.functions.path_switches)
         self._switches = {switch_path(flag): flag for flag in self.functions.path_switches}
         self._switch: _Switch | None = None
+        self._evs_type = _evs_type(engine, self._rules)
         if not self.capabilities:
             raise TargetError(_why_nothing(engine, self.functions))
 
@@ -265,6 +266,11 @@ class SGLangTarget(LoadedTarget):
             "path_switches": list(self.functions.path_switches),
             "paths": list(self.paths),
             "list_encoder": self.functions.list_encoder,
+            "evs_result": None
+            if self._evs_type is None
+            else "harness stand-in"
+            if issubclass(self._evs_type, shims.EVSEmbeddingResult)
+            else "the release's own",
             "stubbed_packages": sorted(self.engine.record.packages),
         }
 
@@ -320,6 +326,20 @@ class SGLangTarget(LoadedTarget):
     def _modality(self, item: Item) -> Any:
         return self.engine.shims.modality[item.modality.upper()]
 
+    def unreceived(self, case: Case) -> str | None:
+        """Why this release never receives the case (a check then leaves it out), or ``None``.
+
+        EVS-pruned videos reach only a release whose rules read ``EVSEmbeddingResult`` (0.5.8 on).
+        """
+        if self._evs_type is None and any(item.frame_rows for _, _, item in case.items()):
+            return "EVS-pruned videos: its rules have no EVSEmbeddingResult (it first appears in 0.5.8)"
+        return None
+
+    def _receivable(self, case: Case) -> None:
+        why = self.unreceived(case)
+        if why is not None:
+            raise HarnessGap(why, what="EVSEmbeddingResult")
+
     def _item(
         self,
         case: Case,
@@ -328,10 +348,14 @@ class SGLangTarget(LoadedTarget):
         embedding: Any = None,
         feature: Any = None,
         grid: bool = False,
+        request: Request | None = None,
     ) -> Any:
         data: dict[str, Any] = {}
         if grid:
             data[item.grid_key] = item_data.grid(item)
+        if item.frame_rows and request is not None:
+            # What the model's pad_input_ids leaves for EVS: the request's whole sequence.
+            data["pre_chunked_input_ids"] = tensors.sequence_ids(request)
         return self._item_type(
             modality=self._modality(item),
             hash=item.hash,
@@ -353,7 +377,7 @@ class SGLangTarget(LoadedTarget):
         for r, request_items in enumerate(chosen):
             for item in request_items:
                 embedding = tensors.item_embedding(case, item) if precomputed and item.precomputed else None
-                engine_item = self._item(case, item, embedding=embedding)
+                engine_item = self._item(case, item, embedding=embedding, request=case.requests[r])
                 owners[id(engine_item)] = item
                 requests[id(engine_item)] = r
                 items.append(engine_item)
@@ -409,13 +433,23 @@ class SGLangTarget(LoadedTarget):
                 )
             batch.calls.append({batch.requests[id(e)] for e in engine_items})
             output = encoder(items)
-            if isinstance(output, list) and not list_ok:
+            pruned = [item for item in items if item.frame_rows]
+            if isinstance(output, list) and (pruned or not list_ok):
                 import torch
 
                 output = torch.cat([part.reshape(-1, part.shape[-1]) for part in output])
+            if pruned:
+                return self._pruned_output(items, output)
             return output
 
         return embed
+
+    def _pruned_output(self, items: list[Item], output: Any) -> Any:
+        """An EVS video's encoder output as the model returns it: its rows and the rows each frame kept.
+        The model prunes one video per call (it asserts so), and so does this stand-in."""
+        if len(items) != 1 or self._evs_type is None:
+            raise RuntimeError(f"mmharness: EVS prunes one video per encoder call, not {len(items)} items")
+        return self._evs_type(embedding=output, num_tokens_per_frame=list(items[0].frame_rows))
 
     @contextmanager
     def _installed(self, cache: Any, path: PathName) -> Iterator[None]:
@@ -470,6 +504,8 @@ class SGLangTarget(LoadedTarget):
         self, embedding: torch.Tensor, case: Case, request: int
     ) -> tuple[torch.Tensor, int, int]:
         req = case.requests[request]
+        if is_well_formed(case) and interleaves(req):
+            return self._interleaved_chunk(embedding, case, request)
         values = {
             "embedding": embedding,
             "extend_prefix_len": req.prefix_len,
@@ -479,9 +515,51 @@ class SGLangTarget(LoadedTarget):
         chunk, start, end = self._call("get_embedding_chunk", values)
         return chunk, start, end
 
+    def _interleaved_chunk(
+        self, embedding: torch.Tensor, case: Case, request: int
+    ) -> tuple[torch.Tensor, int, int]:
+        """R1 over a request whose items interleave, as its caller makes it: one call per modality (with
+        that modality's rows and offsets), the calls' rows put back at their positions, starts and ends
+        summed. Within one modality the offsets are in position order, as the engine receives them."""
+        import torch
+
+        req = case.requests[request]
+        flat = embedding.reshape(-1, embedding.shape[-1])
+        blocks = dict(zip(req.items, flat.split([item.token_count for item in req.items]), strict=True))
+        parts, start, end = [], 0, 0
+        for modality in self._modalities(case):
+            chosen = [item for item in req.items if item.modality == modality]
+            if not chosen:
+                continue
+            values = {
+                "embedding": torch.cat([blocks[item] for item in chosen]),
+                "extend_prefix_len": req.prefix_len,
+                "extend_seq_len": req.extend_len,
+                "items_offset": [tuple(span) for item in chosen for span in item.spans],
+            }
+            chunk, one_start, one_end = self._call("get_embedding_chunk", values)
+            start, end = start + one_start, end + one_end
+            positions = [p for item in chosen for p in item.positions() if p in req.window]
+            parts.append((positions, chunk))
+        return _by_position(parts, flat[:0]), start, end
+
     def precomputed_embedding(self, case: Case) -> torch.Tensor | None:
+        if is_well_formed(case) and any(interleaves(r) for r in case.requests):
+            return self._interleaved_precomputed(case)
         batch = self._batch(case, precomputed=True)
         return self._call("_get_precomputed_embedding", self._values(batch))
+
+    def _interleaved_precomputed(self, case: Case) -> torch.Tensor | None:
+        """R2 over a batch whose items interleave, as the engine's caller calls it: once per modality.
+        Every call's rows put back at their positions; ``None`` (the encoder path) if any call gives it."""
+        parts = []
+        for modality in self._modalities(case):
+            batch = self._batch(case, precomputed=True, modality=modality)
+            result = self._call("_get_precomputed_embedding", self._values(batch))
+            if result is None:
+                return None
+            parts.append((_window_positions(case, modality), result.reshape(-1, result.shape[-1])))
+        return _by_position(parts, None)
 
     def new_cache(self, max_size: int) -> Any:
         """A fresh instance of the release's own embedding cache, made by its own init function."""
@@ -505,6 +583,7 @@ class SGLangTarget(LoadedTarget):
         """R3 as the engine calls it: once per modality, each call with that modality's items and encoder
         (``embed_mm_inputs`` embeds each modality apart), the rows put back in position order as
         the caller's masks place them."""
+        self._receivable(case)
         if cache is None and self.functions.cache_init is not None:
             cache = self.new_cache(UNLIMITED_CACHE)  # one cache for every modality's call, as the engine's
         parts = []
@@ -531,6 +610,7 @@ class SGLangTarget(LoadedTarget):
         """R3e through the engine's own caller, ``embed_mm_inputs``, where the release has it: it reads
         each item's modality, calls ``get_embedding_and_mask`` once per modality and scatters the rows
         by each call's mask. The rows returned are those at the union of the masks, in order."""
+        self._receivable(case)
         full = self.functions.callable("embed_mm_inputs")
         if full is None or "data_embedding_func_mapping" not in full.parameters:
             return self._embedding_and_mask_direct(case, encoder, cache=cache)
@@ -591,7 +671,10 @@ class SGLangTarget(LoadedTarget):
     def _embedding_and_mask_direct(
         self, case: Case, encoder: Encoder, *, cache: Any = None
     ) -> tuple[torch.Tensor | None, torch.Tensor | None]:
-        """``get_embedding_and_mask`` called once over every item (a fork without ``embed_mm_inputs``)."""
+        """``get_embedding_and_mask`` called once over every item (a fork without ``embed_mm_inputs``);
+        once per modality where items interleave, as the engine's caller calls it."""
+        if is_well_formed(case) and any(interleaves(r) for r in case.requests):
+            return self._interleaved_embedding_and_mask(case, encoder, cache=cache)
         batch = self._batch(case, precomputed=True)
         input_ids, placeholders = tensors.input_ids(case)
         values = self._values(
@@ -603,6 +686,45 @@ class SGLangTarget(LoadedTarget):
         with self._installed(cache, "batched"):
             result = self._call("get_embedding_and_mask", values)
         return result[0], result[1]
+
+    def _interleaved_embedding_and_mask(
+        self, case: Case, encoder: Encoder, *, cache: Any = None
+    ) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+        """One ``get_embedding_and_mask`` call per modality (its items, its placeholder ids), each
+        call's rows scattered under its mask as the caller does; the rows at the masks' union."""
+        import torch
+
+        input_ids, _ = tensors.input_ids(case)
+        if cache is None and self.functions.cache_init is not None:
+            cache = self.new_cache(UNLIMITED_CACHE)  # one cache for every modality's call, as the engine's
+        union = torch.zeros(input_ids.shape[0], dtype=torch.bool, device=input_ids.device)
+        calls, shape = [], None
+        for modality in self._modalities(case):
+            batch = self._batch(case, precomputed=True, modality=modality)
+            ids = sorted({tensors.placeholder_id(i) for _, _, i in case.items() if i.modality == modality})
+            values = self._values(
+                batch,
+                data_embedding_func=self._embedder(batch, encoder, modality),
+                placeholder_tensor=torch.tensor(ids, dtype=input_ids.dtype, device=input_ids.device),
+                input_ids=input_ids.clone(),
+            )
+            with self._installed(cache, "batched"):
+                result = self._call("get_embedding_and_mask", values)
+            embedding, mask = result[0], result[1]
+            if embedding is None or mask is None:
+                continue
+            calls.append((mask.reshape(-1), embedding.reshape(-1, embedding.shape[-1])))
+            union |= mask.reshape(-1)
+            shape = mask.shape
+        if not calls or shape is None:
+            return None, None
+        if any(int(mask.sum()) != rows.shape[0] for mask, rows in calls):
+            return torch.cat([rows for _, rows in calls]), union.reshape(shape)  # a miscount, as it came
+        embeds = torch.zeros(input_ids.shape[0], calls[0][1].shape[-1], dtype=calls[0][1].dtype)
+        embeds = embeds.to(calls[0][1].device)
+        for mask, rows in calls:
+            embeds[mask] = rows.to(embeds.dtype)
+        return embeds[union], union.reshape(shape)
 
     def count_mm_tokens(self, case: Case) -> int:
         batch = self._batch(case, precomputed=False)
@@ -671,6 +793,7 @@ def _in_position_order(case: Case, parts: list[tuple[str, Any]]) -> Any:
     if len(parts) <= 1:
         return one[0] if one else None
     served = listed_windows(case)
+    served = replace(served, requests=tuple(pruned(r) for r in served.requests))
     slots: list[tuple[int, int, int, int]] = []
     blocks = []
     for j, (modality, result) in enumerate(parts):
@@ -690,6 +813,48 @@ def _in_position_order(case: Case, parts: list[tuple[str, Any]]) -> Any:
     if not slots:
         return None
     return torch.stack([blocks[j][k] for _, _, j, k in sorted(slots)])
+
+
+def _window_positions(case: Case, modality: str) -> list[tuple[int, int]]:
+    """``(request, position)`` of each ``modality`` placeholder inside the listed windows, in batch order."""
+    served = listed_windows(case)
+    return [
+        (r, p)
+        for r, request in enumerate(map(pruned, served.requests))
+        for item in request.items
+        if item.modality == modality
+        for p in item.positions()
+        if p in request.window
+    ]
+
+
+def _by_position(parts: list[tuple[list[Any], Any]], empty: Any) -> Any:
+    """Each call's rows put at its positions (any sortable keys), all in key order; the calls' rows
+    as they came where a call's row count does not match its positions (the check sees the miscount)."""
+    import torch
+
+    blocks = [rows.reshape(-1, rows.shape[-1]) for _, rows in parts]
+    if any(len(keys) != block.shape[0] for (keys, _), block in zip(parts, blocks, strict=True)):
+        return torch.cat(blocks) if blocks else empty
+    slots = sorted((key, j, k) for j, (keys, _) in enumerate(parts) for k, key in enumerate(keys))
+    if not slots:
+        return blocks[0][:0] if blocks else empty
+    return torch.stack([blocks[j][k] for _, j, k in slots])
+
+
+def _evs_type(engine: loader.Engine, rules: ModuleType | None) -> type | None:
+    """What an EVS video's encoder output is made as: the release's own ``EVSEmbeddingResult`` where
+    its module loaded (an installed package), else the harness's stand-in made an instance of the
+    release's ``EmbeddingResult`` too (its cache refuses anything else); ``None`` where the rules never
+    read the name (releases before 0.5.8)."""
+    found = None if rules is None else rules.__dict__.get("EVSEmbeddingResult")
+    if found is shims.EVSEmbeddingResult:
+        cache = engine.modules.get(layout.CACHE_MODULE)
+        base_type = getattr(cache, "EmbeddingResult", None)
+        if not isinstance(base_type, type):
+            base_type = shims.EmbeddingResult
+        return type("EVSEmbeddingResult", (shims.EVSEmbeddingResult, base_type), {})
+    return found if isinstance(found, type) else None
 
 
 def _device_gap(error: AttributeError, path: PathName) -> HarnessGap | None:

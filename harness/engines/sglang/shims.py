@@ -373,6 +373,53 @@ class EmbeddingResult:
     embedding: Any
 
 
+class EVSEmbeddingResult:
+    """The output of an EVS-pruned video's encoder (``Item.frame_rows``), where the harness's encoder
+    stands in for the model: its rows and the rows each frame kept. ``SGLangTarget`` makes it also an
+    instance of the release's own ``EmbeddingResult``, as the cache requires.
+
+    ``redistribute_pruned_frames_placeholders`` is the model's half of the move, written from the
+    rule (docs/rules.md, R3e): in the request's whole sequence (``pre_chunked_input_ids``), frame
+    ``k``'s run of placeholders becomes ``num_tokens_per_frame[k]`` of them and every other token
+    keeps its order; the window's ids of the result and the runs of the item's placeholder id are
+    returned. Its contract is one request's window: ``input_ids`` holding anything else (a batch's)
+    is refused, as the model's own method asserts.
+    """
+
+    def __init__(self, *, embedding: Any, num_tokens_per_frame: list[int]) -> None:
+        self.embedding = embedding
+        self.num_tokens_per_frame = list(num_tokens_per_frame)
+
+    def redistribute_pruned_frames_placeholders(
+        self, input_ids: Any, offsets: list, *, item: Any, extend_prefix_len: int, extend_seq_len: int
+    ) -> tuple[Any, list[tuple[int, int]]]:
+        import torch
+
+        if len(input_ids) != extend_seq_len:
+            raise AssertionError(
+                f"EVS moves one request's placeholders: handed {len(input_ids)} input ids for a"
+                f" window of {extend_seq_len} (a batch's ids, not the request's)"
+            )
+        sequence = list(item.pre_chunked_input_ids)
+        frames = [(int(start), int(end)) for start, end in offsets]
+        moved: list[int] = []
+        cursor = 0
+        for (start, end), kept in zip(frames, self.num_tokens_per_frame, strict=True):
+            moved += sequence[cursor:start] + [item.pad_value] * kept
+            cursor = end + 1
+        moved += sequence[cursor:]
+        runs: list[tuple[int, int]] = []
+        for position, token in enumerate(moved):
+            if token != item.pad_value:
+                continue
+            if runs and runs[-1][1] == position - 1:
+                runs[-1] = (runs[-1][0], position)
+            else:
+                runs.append((position, position))
+        window = moved[extend_prefix_len : extend_prefix_len + extend_seq_len]
+        return torch.tensor(window, dtype=input_ids.dtype, device=input_ids.device), runs
+
+
 # Name -> shim ------------------------------------------------------------------------
 
 
@@ -438,6 +485,7 @@ _FIXED: dict[str, Any] = {
     "MultiModalStaticCache": StaticCacheShim,
     "MultiModalCache": StaticCacheShim,
     "EmbeddingResult": EmbeddingResult,
+    "EVSEmbeddingResult": EVSEmbeddingResult,
 }
 
 
