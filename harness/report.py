@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import TextIO
 from xml.etree import ElementTree
 
+from mmharness.against import change_of
 from mmharness.checks.outcome import COULD_NOT_TEST, DIVERGENCE, HAZARD
 from mmharness.deadline import SIGNATURE as DID_NOT_FINISH
 from mmharness.runner import PASSED, SKIPPED, Finding, Result, fails_run
@@ -56,9 +57,13 @@ def result_line(result: Result, *, color: bool = False) -> str:
     return f"{label} {check.id} ({check.rule}){device}  {detail}"
 
 
-def replay_command(path: str, target_spec: str, deadline: float | None = None) -> str:
-    """The command replaying a saved case (with ``deadline``: the one a case that did not finish had)."""
+def replay_command(
+    path: str, target_spec: str, deadline: float | None = None, against: str | None = None
+) -> str:
+    """The command replaying a saved case (with ``deadline``: the one a case that did not finish had;
+    with ``against``: on both targets, as ``check --against`` ran it)."""
     command = f"mmharness replay {shlex.quote(path)} --target {shlex.quote(target_spec)}"
+    command += f" --against {shlex.quote(against)}" if against else ""
     return command + (f" --deadline {deadline:g}" if deadline else "")
 
 
@@ -91,17 +96,21 @@ def case_hash(finding: Finding) -> str | None:
     return hashlib.sha1(payload.dumps(case, params=params).encode()).hexdigest()[:10]
 
 
-def failure_details(result: Result, target_spec: str) -> str:
+def failure_details(result: Result, target_spec: str, *, against: str | None = None) -> str:
     """Every finding of a result, with what a maintainer needs to see and reproduce each."""
-    return "\n".join(finding_details(result, finding, target_spec) for finding in result.findings)
+    return "\n".join(
+        finding_details(result, finding, target_spec, against=against) for finding in result.findings
+    )
 
 
-def finding_details(result: Result, finding: Finding, target_spec: str) -> str:
+def finding_details(result: Result, finding: Finding, target_spec: str, *, against: str | None = None) -> str:
+    """``against``: the spec of the target a ``check --against`` run compared with (both are named)."""
     from mmharness import payload
 
     failure = finding.failure
     lines = [
-        f"--- {LABELS[finding.kind]} {result.check.id} (rule {result.check.rule}) on {target_spec}",
+        f"--- {LABELS[finding.kind]} {result.check.id} (rule {result.check.rule}) on {target_spec}"
+        + (f" against {against}" if against else ""),
         f"    {result.check.doc}",
         f"    {failure.message}",
         f"    signature: {finding.signature}",
@@ -118,7 +127,7 @@ def finding_details(result: Result, finding: Finding, target_spec: str) -> str:
         deadline = result.deadline if finding.signature == DID_NOT_FINISH else None
         lines += [
             f"    saved to: {finding.saved}",
-            f"    reproduce with: {replay_command(finding.saved, target_spec, deadline)}",
+            f"    reproduce with: {replay_command(finding.saved, target_spec, deadline, against)}",
         ]
     return "\n".join(lines)
 
@@ -139,12 +148,15 @@ def as_json(
     identity: dict | None = None,
     interrupted: bool = False,
     coverage: dict | None = None,
+    against: str | None = None,
 ) -> dict:
     """The report; ``coverage`` (``mmharness.reach.analyse``'s figures, ``check --coverage``) is kept
-    under that key when given."""
+    under that key when given. ``against``: the spec ``check --against`` compared with (``None``: no
+    comparison); each finding of such a run carries its ``change`` (regression, fix, neutral)."""
     document = {
         "format": "mmharness.report/2",
         "target": target_spec,
+        "against": against,
         "identity": identity or {},
         "strict": strict,
         "interrupted": interrupted,
@@ -171,6 +183,7 @@ def as_json(
                         "case_hash": case_hash(f),
                         "saved": f.saved,
                         "shrunk": f.shrunk,
+                        **({"change": change_of(f.signature)} if against else {}),
                     }
                     for f in r.findings
                 ],
@@ -184,12 +197,19 @@ def as_json(
 
 
 def as_junit(
-    results: list[Result], target_spec: str, *, strict: bool = False, interrupted: bool = False
+    results: list[Result],
+    target_spec: str,
+    *,
+    strict: bool = False,
+    interrupted: bool = False,
+    against: str | None = None,
 ) -> str:
-    """JUnit XML: a testcase per check; divergences fail, could-not-test errs, hazards fail under strict."""
+    """JUnit XML: a testcase per check; divergences fail, could-not-test errs, hazards fail under strict.
+    ``against``: as in ``finding_details``."""
+    shown = f"{target_spec} against {against}" if against else target_spec
     suite = ElementTree.Element(
         "testsuite",
-        name=f"mmharness[{target_spec}]",
+        name=f"mmharness[{shown}]",
         tests=str(len(results)),
         failures=str(sum(fails_run(r.status, strict=strict) and r.status != COULD_NOT_TEST for r in results)),
         errors=str(sum(r.status == COULD_NOT_TEST for r in results)),
@@ -206,14 +226,14 @@ def as_junit(
         )
         if r.status == COULD_NOT_TEST:
             node = ElementTree.SubElement(case, "error", message=r.reason)
-            node.text = failure_details(r, target_spec)
+            node.text = failure_details(r, target_spec, against=against)
         elif fails_run(r.status, strict=strict):
             node = ElementTree.SubElement(case, "failure", message=r.reason)
-            node.text = failure_details(r, target_spec)
+            node.text = failure_details(r, target_spec, against=against)
         elif r.status == SKIPPED:
             ElementTree.SubElement(case, "skipped", message=r.reason)
         elif r.findings:
-            ElementTree.SubElement(case, "system-out").text = failure_details(r, target_spec)
+            ElementTree.SubElement(case, "system-out").text = failure_details(r, target_spec, against=against)
     return ElementTree.tostring(suite, encoding="unicode")
 
 

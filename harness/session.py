@@ -26,7 +26,9 @@ class Session:
 
     ``findings``: where ``keep`` saves each finding's shrunk case (``None``: not saved, as in a
     worker process, whose parent keeps its results). ``regressions``: saved cases per check id,
-    run before each search (``check --regressions``).
+    run before each search (``check --regressions``). ``against`` (named ``against_spec``): a
+    known-good target every case also runs on, each difference a change (``mmharness.against``);
+    a check it cannot run is skipped, naming it.
     """
 
     target: Target
@@ -38,6 +40,8 @@ class Session:
     database: Any = None
     findings: Path | None = None
     regressions: Mapping[str, Sequence[Example]] = field(default_factory=dict)
+    against: Target | None = None
+    against_spec: str | None = None
 
     def run(
         self, check: Check, device: str = "cpu", *, on_example: Callable[[int], None] | None = None
@@ -45,6 +49,14 @@ class Session:
         """The check's result on this session's target (not yet kept: see ``keep``)."""
         from mmharness.runner import run_check
 
+        if self.against is not None:
+            from mmharness import against
+
+            spec = self.against_spec or self.against.name
+            unrunnable = against.not_run(check, self.target, self.against, spec, device)
+            if unrunnable is not None:
+                return unrunnable
+            check = against.against(check, self.against)
         return run_check(
             check,
             self.target,

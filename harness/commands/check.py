@@ -42,6 +42,13 @@ def add_parser(sub) -> None:
         " every form; default: reference",
     )
     check.add_argument(
+        "--against",
+        metavar="SPEC",
+        help="a known-good target (any --target form, e.g. sglang==X) every case also runs on: each"
+        " difference is a change, judged by the rules: a regression (fails the run), a fix or a neutral"
+        " change (shown; fail under --strict)",
+    )
+    check.add_argument(
         "--checks",
         action="append",
         metavar="IDS",
@@ -111,6 +118,7 @@ def run(args: argparse.Namespace) -> int:
     from mmharness.workers import ordered
 
     target = resolve_target(args.target)
+    other = against_target(args.against)
     checks = selected_checks(args.checks)
     check_max_examples(args.max_examples)
     workers = worker_count(args.workers)
@@ -130,7 +138,7 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError("--device cuda: no CUDA device is visible (try --device cpu)")
     measured = _coverage_files(target) if args.coverage else None
     color = report.use_color(sys.stdout)
-    _print_header(target, args.target, known.notes if known else ())
+    _print_header(target, args.target, known.notes if known else (), other, args.against)
     if args.coverage and not measured:
         print(f"coverage: {args.target} loads no engine files: nothing to measure\n")
     results = []
@@ -149,6 +157,8 @@ def run(args: argparse.Namespace) -> int:
         database=database,
         findings=Path(args.findings),
         regressions=regressions,
+        against=other,
+        against_spec=args.against,
         **options,
     )
     if regressions:
@@ -175,7 +185,11 @@ def run(args: argparse.Namespace) -> int:
                             c.id,
                             d,
                             args.database,
-                            {**options, "regressions": {c.id: regressions.get(c.id, ())}},
+                            {
+                                **options,
+                                "regressions": {c.id: regressions.get(c.id, ())},
+                                "against_spec": args.against,
+                            },
                             measured,
                         )
                         for c, d in units
@@ -211,7 +225,8 @@ def run(args: argparse.Namespace) -> int:
             known_one = known is not None and known.tolerates(result, finding)
             tolerated += known_one
             note = "  (tolerated: in the baseline)" if known_one else ""
-            print("\n" + report.finding_details(result, finding, args.target) + note)
+            details = report.finding_details(result, finding, args.target, against=args.against)
+            print("\n" + details + note)
     tolerance = f"; {tolerated} finding(s) tolerated by the baseline" if known else ""
     rows = [
         (
@@ -244,10 +259,13 @@ def run(args: argparse.Namespace) -> int:
             identity=current,
             interrupted=interrupted,
             coverage=figures,
+            against=args.against,
         )
         report.write(args.json, json.dumps(data, indent=2) + "\n")
     if args.junit:
-        junit = report.as_junit(results, args.target, strict=args.strict, interrupted=interrupted)
+        junit = report.as_junit(
+            results, args.target, strict=args.strict, interrupted=interrupted, against=args.against
+        )
         report.write(args.junit, junit)
     if args.write_baseline:
         search = {"profile": args.profile, "seed": args.seed}
@@ -296,7 +314,10 @@ def _check_in_worker(
     from mmharness.session import Session
 
     opened = _database(database, options["profile"])
-    check, session = all_checks()[check_id], Session(loaded_target(spec), spec, database=opened, **options)
+    against_spec = options.get("against_spec")
+    other = loaded_target(against_spec) if against_spec else None
+    session = Session(loaded_target(spec), spec, database=opened, against=other, **options)
+    check = all_checks()[check_id]
     if measured:
         from mmharness import reach
 
@@ -351,13 +372,32 @@ def _database(spec: str | None, profile: str):
         raise UsageError(str(error)) from None
 
 
-def _print_header(target, spec: str, baseline_notes=()) -> None:
+def _print_header(target, spec: str, baseline_notes=(), other=None, other_spec: str | None = None) -> None:
     """The target and what a user should know before reading its verdicts (stubs, missing modules; how
-    a baseline applies: to another spelling of the same files, or by spec only)."""
-    described = target.describe()
-    release = described.get("release")
-    print(f"target: {spec}" + (f" (release {release})" if release and release != spec else ""))
+    a baseline applies: to another spelling of the same files, or by spec only); with ``--against``,
+    the target compared with, and its notes."""
+    _print_target("target", target, spec)
     notes = [*target.notes(), *(f"baseline {note}" for note in baseline_notes)]
     for note in notes:
         print(f"  note: {note}")
+    if other is not None:
+        _print_target("against", other, other_spec)
+        for note in other.notes():
+            print(f"  note: {note}")
+        print("  each difference is a change: regression (fails the run), fix, neutral (fail under --strict)")
     print(flush=True)
+
+
+def _print_target(label: str, target, spec: str) -> None:
+    release = target.describe().get("release")
+    print(f"{label}: {spec}" + (f" (release {release})" if release and release != spec else ""))
+
+
+def against_target(spec: str | None):
+    """``--against SPEC`` resolved (``None`` without it); one that does not resolve is a usage error."""
+    if spec is None:
+        return None
+    try:
+        return resolve_target(spec)
+    except UsageError as error:
+        raise UsageError(f"--against {spec}: {error}") from None

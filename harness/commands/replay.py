@@ -25,6 +25,11 @@ def add_parser(sub) -> None:
     replay = sub.add_parser("replay", help="re-run saved cases")
     replay.add_argument("cases", nargs="+", metavar="CASE.json")
     replay.add_argument("--target", help="target spec (default: the one the case was saved from)")
+    replay.add_argument(
+        "--against",
+        metavar="SPEC",
+        help="also run each case on this target and report the change, as `check --against` does",
+    )
     replay.add_argument("-n", "--workers", default="1", metavar="N", help="replay in N processes, or auto")
     replay.add_argument("--deadline", type=seconds, metavar="S", help=DEADLINE_HELP)
 
@@ -38,15 +43,22 @@ def run(args: argparse.Namespace) -> int:
     checks = all_checks()
     workers = worker_count(args.workers)
     work = [_saved_case(path, args.target, checks) for path in args.cases]  # every file read first
+    if args.against is not None:  # resolved before anything runs
+        try:
+            loaded_target(args.against)
+        except UsageError as error:
+            raise UsageError(f"--against {args.against}: {error}") from None
     results = []
     with Progress(len(work), "cases") as progress:
-        replayed = ordered(_replay_in_worker, [(*w, args.deadline) for w in work], min(workers, len(work)))
+        units = [(*w, args.deadline, args.against) for w in work]
+        replayed = ordered(_replay_in_worker, units, min(workers, len(work)))
         for path, (spec, _, _, _) in zip(args.cases, work, strict=True):
             result = next(replayed)
             for finding in result.findings:
                 finding.saved = path
             line = report.result_line(result, color=report.use_color(sys.stdout)) + f"  [{path}]"
-            progress.line(line + ("\n" + report.failure_details(result, spec) if result.findings else ""))
+            details = report.failure_details(result, spec, against=args.against)
+            progress.line(line + ("\n" + details if result.findings else ""))
             results.append(result)
     if nothing_ran(results):
         return NOTHING_RAN
@@ -74,8 +86,25 @@ def _saved_case(path: str, target: str | None, checks: dict) -> tuple[str, str, 
     return target or document.provenance.get("target", "reference"), check_id, document.case, document.params
 
 
-def _replay_in_worker(spec: str, check_id: str, case: Case, params: dict, deadline: float | None = None):
+def _replay_in_worker(
+    spec: str,
+    check_id: str,
+    case: Case,
+    params: dict,
+    deadline: float | None = None,
+    against_spec: str | None = None,
+):
     from mmharness.checks import all_checks
     from mmharness.runner import replay
 
-    return replay(all_checks()[check_id], loaded_target(spec), (case, params), deadline=deadline)
+    check, target = all_checks()[check_id], loaded_target(spec)
+    if against_spec is not None:
+        from mmharness import against
+
+        other = loaded_target(against_spec)
+        device = "cuda" if "cuda" in case.devices else "cpu"  # as ``replay`` picks it
+        unrunnable = against.not_run(check, target, other, against_spec, device)
+        if unrunnable is not None:
+            return unrunnable
+        check = against.against(check, other)
+    return replay(check, target, (case, params), deadline=deadline)

@@ -1,0 +1,433 @@
+"""``--against SPEC``: every case on two targets, each difference a *change* judged by the rules.
+
+A check run ``against`` a known-good target runs its property twice on each
+case: on the target (``Recorded``, which keeps a transcript of every call of a
+target method: its path, its outcome normalised so two targets' compare
+exactly, and the encoder calls it made) and on the other target, with the same
+case and params. What the two did is then one of:
+
+- a **regression**: the target breaks a rule where the other did not (or breaks
+  one at least as badly in another way); a divergence, so it fails the run;
+- a **fix**: the reverse; a hazard (shown; fails only under ``--strict``);
+- a **neutral change**: both follow the rules (or fail the same way) but an
+  observable differs (rows, a refusal or its message, a mask, the steps, the
+  encoder calls, the calls made: another path); a hazard as well.
+
+Each is raised as the runner's ``Failure`` with a signature of its own
+(``regression: ``, ``fix: ``, ``neutral change (OBSERVABLE): ``), so Hypothesis
+shrinks and saves each class apart, and reports, exit codes and baselines read
+them as they read any finding. What both targets do alike is no change and is
+not reported: a run without ``--against`` shows the target's own findings.
+
+A could-not-test on either side passes through as could-not-test; a case past
+its deadline (the two runs share one) is the runner's "did not finish".
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from mmharness.checks.outcome import DIVERGENCE, HAZARD, CouldNotTest, Failure, Hazard, template, unfinished
+from mmharness.deadline import DidNotFinish, Unfinished
+from mmharness.targets.base import Encoder
+
+if TYPE_CHECKING:
+    from mmharness.checks.registry import Check
+    from mmharness.runner import Result
+    from mmharness.targets.base import Target
+
+REGRESSION, FIX, NEUTRAL = "regression", "fix", "neutral"
+CHANGES = (REGRESSION, FIX, NEUTRAL)
+"""The kinds of change, in the order a report names them."""
+
+UNRECORDED = frozenset({"describe", "notes", "new_cache"})
+"""Public methods whose answers are not observables: a cache is handed back to the target untouched."""
+
+_FIELDS: dict[str, tuple[str, ...]] = {
+    "embedding_chunk": ("rows", "start", "end"),
+    "embedding_and_mask": ("rows", "mask"),
+    "whole_item_prefill": ("rows", "steps"),
+    "draft_prefill": ("rows", "steps", "drafts"),
+}
+"""What each part of a method's tuple answer is, to name the observable that differs."""
+_WHOLE: dict[str, str] = {"count_mm_tokens": "count", "split_item": "parts", "split_unreceived": "parts"}
+"""The observable a method's whole answer is (any other method's: ``rows``)."""
+_SHOWN = 300
+"""Characters of an observable shown in a change's expected/actual."""
+
+
+@dataclass(frozen=True)
+class Call:
+    """One call of a target method as seen from outside: what can be compared between two targets."""
+
+    method: str
+    path: str | None
+    outcome: tuple
+    """``("value", normalised)`` or ``("error", exception type name, first line of its message)``."""
+    encoded: tuple
+    """The encoder calls it made: each a tuple of ``(hash, token count)``."""
+
+
+def normalised(value: Any) -> Any:
+    """``value`` as plain data that two targets' answers compare by: tensors and arrays as ``(shape,
+    dtype, device, values)``, sequences, mappings, dataclasses and records recursively."""
+    if value is None or isinstance(value, (bool, int, float, str, bytes)):
+        return value
+    if hasattr(value, "shape") and hasattr(value, "dtype") and hasattr(value, "tolist"):
+        device = getattr(getattr(value, "device", None), "type", "cpu")
+        dtype = str(value.dtype).removeprefix("torch.")
+        return ("tensor", tuple(value.shape), dtype, device, value.tolist())
+    if isinstance(value, (tuple, list)):
+        return (type(value).__name__, tuple(normalised(v) for v in value))
+    if isinstance(value, dict):
+        items = sorted(((repr(k), normalised(v)) for k, v in value.items()), key=lambda kv: kv[0])
+        return ("dict", tuple(items))
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        fields = ((f.name, normalised(getattr(value, f.name))) for f in dataclasses.fields(value))
+        return (type(value).__name__, tuple(fields))
+    if hasattr(value, "__dict__"):
+        own = ((k, normalised(v)) for k, v in sorted(vars(value).items()) if not k.startswith("_"))
+        return (type(value).__name__, tuple(own))
+    return (type(value).__name__, repr(value))
+
+
+def _error(error: BaseException) -> tuple:
+    text = str(error).strip()
+    return ("error", type(error).__name__, text.splitlines()[0] if text else "")
+
+
+class Recorded:
+    """A target whose every method call is kept in ``calls`` (a ``Call`` each); the rest passes through.
+
+    A call raising an error is recorded and re-raised (the check's ``observe`` sees it as before); one
+    interrupted by a ``BaseException`` (a deadline) is not recorded.
+    """
+
+    def __init__(self, target: Target) -> None:
+        self._target = target
+        self.calls: list[Call] = []
+
+    name = property(lambda self: self._target.name)
+    capabilities = property(lambda self: self._target.capabilities)
+    missing = property(lambda self: getattr(self._target, "missing", {}))
+    unloaded = property(lambda self: getattr(self._target, "unloaded", {}))
+    paths = property(lambda self: self._target.paths)
+
+    def describe(self) -> dict[str, Any]:
+        return self._target.describe()
+
+    def notes(self) -> list[str]:
+        return self._target.notes()
+
+    def __getattr__(self, name: str) -> Any:  # reached for what the class does not define
+        value = getattr(self._target, name)
+        if name.startswith("_") or name in UNRECORDED or not callable(value):
+            return value
+        return self._recording(name, value)
+
+    def _recording(self, name: str, method: Callable[..., Any]) -> Callable[..., Any]:
+        def call(*args: Any, **kwargs: Any) -> Any:
+            encoders = [a for a in (*args, *kwargs.values()) if isinstance(a, Encoder)]
+            before = [len(e.calls) for e in encoders]
+            path = kwargs.get("path")
+            try:
+                value = method(*args, **kwargs)
+            except Exception as error:
+                self._keep(name, path, _error(error), encoders, before)
+                raise
+            self._keep(name, path, ("value", normalised(value)), encoders, before)
+            return value
+
+        return call
+
+    def _keep(self, name: str, path: Any, outcome: tuple, encoders: list[Encoder], before: list[int]) -> None:
+        made = [
+            tuple(tuple(map(tuple, c)) for c in e.calls[n:]) for e, n in zip(encoders, before, strict=True)
+        ]
+        encoded = tuple(c for calls in made for c in calls)
+        self.calls.append(Call(name, None if path is None else str(path), outcome, encoded))
+
+
+@dataclass
+class Side:
+    """One target's run of a check on a case: its transcript and the failure it raised (if any)."""
+
+    target: Recorded
+    failure: Failure | None = None
+
+    @property
+    def signature(self) -> str | None:
+        return None if self.failure is None else self.failure.signature
+
+    def shown(self) -> str:
+        """This side's verdict, for a change's expected/actual."""
+        if self.failure is None:
+            return f"{self.target.name}: follows the rule"
+        f = self.failure
+        return f"{self.target.name}: {f.kind} {f.message} (expected {f.expected}; actual {f.actual})"
+
+
+@dataclass(frozen=True)
+class Difference:
+    """The first observable in which two transcripts differ."""
+
+    observable: str
+    where: str
+    """The call it is in (method, and path when one was named)."""
+    mine: str
+    theirs: str
+
+
+def first_difference(mine: Sequence[Call], theirs: Sequence[Call]) -> Difference | None:
+    """Where two transcripts first differ, naming the observable; ``None`` when they are the same."""
+    for k, (a, b) in enumerate(zip(mine, theirs, strict=False)):
+        where = f"call {k + 1}, {a.method}" + (f" on {a.path}" if a.path else "")
+        if (a.method, a.path) != (b.method, b.path):
+            return Difference("calls", f"call {k + 1}", _call_name(a), _call_name(b))
+        if a.outcome != b.outcome:
+            at, x, y = _first_leaf(a.outcome, b.outcome)
+            where += f", {at}" if at else ""
+            return Difference(_outcome_observable(a, b), where, _shown(x), _shown(y))
+        if a.encoded != b.encoded:
+            return Difference("encoder calls", where, _calls(a.encoded), _calls(b.encoded))
+    if len(mine) != len(theirs):
+        k = min(len(mine), len(theirs))
+
+        def rest(calls: Sequence[Call]) -> str:
+            return ", ".join(map(_call_name, calls[k:])) or "no more calls"
+
+        return Difference("calls", f"after call {k}", rest(mine), rest(theirs))
+    return None
+
+
+def _calls(encoded: tuple) -> str:
+    """Encoder calls as ``Encoder.calls`` shows them: a list per call of ``(hash, tokens)``."""
+    return _shown([list(call) for call in encoded])
+
+
+def _first_leaf(mine: tuple, theirs: tuple) -> tuple[str, Any, Any]:
+    """Where two different outcomes first differ: the path into the answer (``[0].model_data['x']``,
+    empty for the whole answer) and each side's value there (a tensor is one value)."""
+    if mine[0] != "value" or theirs[0] != "value":
+        return "", mine, theirs
+    path, x, y = "", mine[1], theirs[1]
+    while True:
+        step = _step(x, y)
+        if step is None:
+            return path.removeprefix("."), x, y
+        at, x, y = step
+        path += at
+
+
+def _step(x: Any, y: Any) -> tuple[str, Any, Any] | None:
+    """One level into two different normalised values, to the first part that differs; ``None`` where
+    they differ as wholes (other types, lengths or fields; a tensor; a plain value)."""
+    if not (isinstance(x, tuple) and isinstance(y, tuple) and len(x) == len(y) == 2 and x[0] == y[0]):
+        return None
+    if _is_sequence(x) and len(x[1]) == len(y[1]):
+        return next(
+            ((f"[{k}]", p, q) for k, (p, q) in enumerate(zip(x[1], y[1], strict=True)) if p != q), None
+        )
+    if (_is_record(x) or x[0] == "dict") and _same_keys(x, y):
+        shown = "[{}]" if x[0] == "dict" else ".{}"
+        return next(
+            ((shown.format(n), p, q) for (n, p), (_, q) in zip(x[1], y[1], strict=True) if p != q), None
+        )
+    return None
+
+
+def _same_keys(x: tuple, y: tuple) -> bool:
+    return (
+        isinstance(x[1], tuple) and isinstance(y[1], tuple) and [n for n, _ in x[1]] == [n for n, _ in y[1]]
+    )
+
+
+def _call_name(call: Call) -> str:
+    return call.method + (f" on {call.path}" if call.path else "")
+
+
+def _outcome_observable(a: Call, b: Call) -> str:
+    """Which observable two different outcomes of one call differ in."""
+    if a.outcome[0] == "error" or b.outcome[0] == "error":
+        both = a.outcome[0] == b.outcome[0] == "error"
+        return "message" if both and a.outcome[1] == b.outcome[1] else "refusal"
+    mine, theirs = a.outcome[1], b.outcome[1]
+    names = _FIELDS.get(a.method)
+    if names and _is_sequence(mine) and _is_sequence(theirs) and len(mine[1]) == len(theirs[1]):
+        for name, x, y in zip(names, mine[1], theirs[1], strict=False):
+            if x != y:
+                return name
+    if _is_record(mine) and _is_record(theirs) and mine[0] == theirs[0]:
+        for (name, x), (_, y) in zip(mine[1], theirs[1], strict=False):
+            if x != y:
+                return name
+    return _WHOLE.get(a.method, "rows")
+
+
+def _is_sequence(value: Any) -> bool:
+    return isinstance(value, tuple) and len(value) == 2 and value[0] in ("tuple", "list")
+
+
+def _is_record(value: Any) -> bool:
+    """A normalised dataclass or object: ``(type name, ((field, value), ...))``."""
+    return (
+        isinstance(value, tuple)
+        and len(value) == 2
+        and isinstance(value[1], tuple)
+        and all(isinstance(f, tuple) and len(f) == 2 and isinstance(f[0], str) for f in value[1])
+        and value[0] not in ("tuple", "list", "dict")
+    )
+
+
+def _shown(value: Any) -> str:
+    text = repr(_readable(value))
+    return text if len(text) <= _SHOWN else text[: _SHOWN - 3] + "..."
+
+
+def _readable(value: Any) -> Any:
+    """A normalised outcome made shorter to read: a tensor as ``tensor[shape] dtype [values]``."""
+    if isinstance(value, tuple) and value and value[0] == "tensor" and len(value) == 5:
+        _, shape, dtype, device, values = value
+        return _Text(f"tensor{list(shape)} {dtype} on {device} {values}")
+    if isinstance(value, tuple) and len(value) == 2 and value[0] == "value":
+        return _readable(value[1])
+    if isinstance(value, tuple) and len(value) == 3 and value[0] == "error":
+        return _Text(f"{value[1]}({value[2]!r})")
+    if _is_sequence(value):
+        parts = [_readable(v) for v in value[1]]
+        return parts if value[0] == "list" else tuple(parts)
+    if isinstance(value, tuple):
+        return tuple(_readable(v) for v in value)
+    return value
+
+
+class _Text(str):
+    def __repr__(self) -> str:
+        return str(self)
+
+
+def _severity(kind: str) -> int:
+    """Higher is worse: a divergence breaks a rule, a hazard is the rules letting a user be hurt."""
+    return {DIVERGENCE: 2, HAZARD: 1}.get(kind, 0)
+
+
+def compare(check: Check, target: Target, other: Target, case: Any, params: dict) -> None:
+    """Run the check's property on both targets with the same case and params; raise the change."""
+    mine, theirs = _run(check, target, case, params), _run(check, other, case, params)
+    if isinstance(mine.failure, CouldNotTest):
+        raise mine.failure
+    if isinstance(theirs.failure, CouldNotTest):
+        f = theirs.failure
+        raise CouldNotTest(
+            f"against {other.name}: {f.message}",
+            expected=f.expected,
+            actual=f.actual,
+            signature=f"against: {f.signature}",
+        )
+    if mine.signature != theirs.signature:
+        if mine.failure is not None and (
+            theirs.failure is None or _severity(mine.failure.kind) >= _severity(theirs.failure.kind)
+        ):
+            _regression(mine, theirs)
+        _fix(mine, theirs)
+    difference = first_difference(mine.target.calls, theirs.target.calls)
+    if difference is not None:
+        _neutral(difference, mine, theirs)
+
+
+def _run(check: Check, target: Target, case: Any, params: dict) -> Side:
+    side = Side(Recorded(target))
+    try:
+        check.property(side.target, case, copy.deepcopy(params))
+    except DidNotFinish:
+        raise  # the deadline the two runs share: the runner's "did not finish", counted as such
+    except Unfinished as stuck:  # a step driver found its engine stuck: this side's divergence
+        side.failure = unfinished(stuck)
+    except Failure as failure:
+        side.failure = failure
+    return side
+
+
+def _regression(mine: Side, theirs: Side) -> None:
+    f = mine.failure
+    if theirs.failure is None:
+        how = f"{mine.target.name} fails where {theirs.target.name} passes"
+    else:
+        how = f"{mine.target.name} fails differently from {theirs.target.name}, at least as badly"
+    raise Failure(
+        f"regression: {how}: {f.kind} {f.message}",
+        expected=theirs.shown(),
+        actual=mine.shown(),
+        signature=f"regression: {f.signature}",
+    )
+
+
+def _fix(mine: Side, theirs: Side) -> None:
+    f = theirs.failure
+    if mine.failure is None:
+        how = f"{mine.target.name} passes where {theirs.target.name} fails"
+    else:
+        how = f"{mine.target.name} fails less badly than {theirs.target.name} ({mine.failure.kind})"
+    raise Hazard(
+        f"fix: {how}: {f.kind} {f.message}",
+        expected=theirs.shown(),
+        actual=mine.shown(),
+        signature=f"fix: {f.signature}",
+    )
+
+
+def _neutral(difference: Difference, mine: Side, theirs: Side) -> None:
+    both = "both follow the rule" if mine.failure is None else "both fail the same way"
+    raise Hazard(
+        f"neutral change ({difference.observable}): {both}; {difference.where} differs",
+        expected=f"{theirs.target.name}: {difference.theirs}",
+        actual=f"{mine.target.name}: {difference.mine}",
+        signature=f"neutral change ({difference.observable}): {template(_no_position(difference.where))}",
+    )
+
+
+def _no_position(where: str) -> str:
+    """The call's method and path without its position in the transcript (kept apart by method)."""
+    return where.split(", ", 1)[1] if ", " in where else where
+
+
+def against(check: Check, other: Target) -> Check:
+    """The check whose property compares the target with ``other`` case by case (``compare``)."""
+
+    def prop(target: Target, case: Any, params: dict) -> None:
+        compare(check, target, other, case, params)
+
+    prop.__doc__ = check.property.__doc__
+    return dataclasses.replace(check, property=prop)
+
+
+def not_run(check: Check, target: Target, other: Target, spec: str, device: str) -> Result | None:
+    """The result of a check that cannot run on both: the target's reason first, then the other's
+    (``runner.not_run``), which names it: ``--against SPEC: ...``."""
+    from mmharness.runner import not_run as unrunnable
+
+    mine = unrunnable(check, target, device)
+    if mine is not None:
+        return mine
+    theirs = unrunnable(check, other, device)
+    if theirs is None:
+        return None
+    theirs.reason = f"--against {spec}: {theirs.reason}"
+    for finding in theirs.findings:
+        finding.failure.message = f"--against {spec}: {finding.failure.message}"
+    return theirs
+
+
+def change_of(signature: str) -> str | None:
+    """The kind of change a finding's signature names (``None``: not a change)."""
+    if signature.startswith("regression: "):
+        return REGRESSION
+    if signature.startswith("fix: "):
+        return FIX
+    if signature.startswith("neutral change ("):
+        return NEUTRAL
+    return None

@@ -1,0 +1,224 @@
+"""``--against SPEC``: each case on two targets, each difference a change (regression, fix, neutral).
+
+Offline: the targets are the reference, the unmutated engine model (by ``module:attr``) and its seeded
+mutants. A regression fails the run and replays with both targets; a fix and a neutral change are shown
+and fail only under ``--strict``; what both targets do alike is no finding at all.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shlex
+from pathlib import Path
+
+import pytest
+from mmharness import against, report
+from mmharness.against import Call, Recorded, first_difference
+from mmharness.cli import _parser, main
+from mmharness.model import Case, Item, Request
+from mmharness.targets.base import Encoder
+from mmharness.targets.reference import ReferenceTarget
+
+ROOT = Path(__file__).parent.parent
+ENGINE_MODEL = "mmharness.targets.engine_model:EngineModel"
+"""The engine model with no bug: it follows every rule, by another route than the reference."""
+OFF_BY_ONE = "mutant:chunk_start_off_by_one"
+
+
+def run(capsys, *argv: str) -> tuple[int, str, str]:
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def signatures(out: str) -> list[str]:
+    return re.findall(r"^    signature: (.*)$", out, flags=re.M)
+
+
+def test_a_regression_fails_the_run_and_replays_on_both_targets(capsys, tmp_path):
+    argv = ["check", "--target", OFF_BY_ONE, "--against", "reference", "--checks", "R1"]
+    code, out, _ = run(capsys, *argv, "--max-examples", "20", "--findings", str(tmp_path))
+    assert code == 1
+    assert out.startswith(f"target: {OFF_BY_ONE}\nagainst: reference\n")
+    assert signatures(out) and all(s.startswith("regression: ") for s in signatures(out))
+    assert "expected: reference: follows the rule" in out
+    saved = sorted(tmp_path.glob("*.json"))
+    assert saved
+    for path in saved:
+        line = f"reproduce with: mmharness replay {path} --target {OFF_BY_ONE} --against reference"
+        assert line in out
+        code, replayed, _ = run(capsys, *shlex.split(line.split(": ", 1)[1])[1:])
+        assert code == 1 and "regression: " in replayed
+        assert run(capsys, "replay", str(path), "--target", "reference", "--against", "reference")[0] == 0
+
+
+def test_a_fix_is_shown_and_fails_only_under_strict(capsys, tmp_path):
+    argv = ["check", "--target", "reference", "--against", OFF_BY_ONE, "--checks", "chunk.matches_reference"]
+    argv += ["--max-examples", "20", "--findings", str(tmp_path / "findings")]
+    code, out, _ = run(capsys, *argv[:3], *argv[5:])  # the reference alone: nothing to report
+    assert code == 0 and not signatures(out)
+    report_path, junit = tmp_path / "report.json", tmp_path / "junit.xml"
+    code, out, _ = run(capsys, *argv, "--json", str(report_path), "--junit", str(junit))
+    assert code == 0
+    assert "HAZARD" in out and signatures(out)
+    assert all(s.startswith("fix: ") for s in signatures(out))
+    assert f"expected: {OFF_BY_ONE}: divergence" in out and "actual:   reference: follows the rule" in out
+    document = json.loads(report_path.read_text())
+    assert document["against"] == OFF_BY_ONE
+    findings = [f for r in document["results"] for f in r["findings"]]
+    assert findings and {f["change"] for f in findings} == {"fix"}
+    assert f"against {OFF_BY_ONE}" in junit.read_text()
+    assert run(capsys, *argv, "--strict")[0] == 1
+
+
+def test_another_encoder_pattern_is_a_neutral_change(capsys, tmp_path):
+    """Both give the reference's rows; the mutant encodes an item once per occurrence. Held to the rows
+    alone (``prefill.matches_reference``) that is a neutral change; held to the encoder's work
+    (``prefill.encoder_calls``, a hazard check) the mutant fails where the engine model does not."""
+    target = "mutant:prefill_duplicate_encode"
+    argv = ["check", "--target", target, "--against", ENGINE_MODEL, "--max-examples", "30"]
+    argv += ["--findings", str(tmp_path)]
+    code, out, _ = run(capsys, *argv, "--checks", "prefill.matches_reference")
+    assert code == 0
+    assert "signature: neutral change (encoder calls): chunked_prefill_embedding on batched" in out
+    assert run(capsys, *argv, "--checks", "prefill.matches_reference", "--strict")[0] == 1
+    code, out, _ = run(capsys, *argv, "--checks", "prefill.encoder_calls")
+    assert code == 1
+    assert "signature: regression: an item was encoded more than once in one batch" in out
+
+
+def test_another_path_pattern_of_a_correct_engine_is_neutral(capsys, tmp_path):
+    """The engine model's per-request path calls the encoder once per request, the reference once per
+    batch: both follow R3, and the comparison says where they differ."""
+    argv = [
+        "check",
+        "--target",
+        ENGINE_MODEL,
+        "--against",
+        "reference",
+        "--checks",
+        "prefill.path_independent",
+    ]
+    code, out, _ = run(capsys, *argv, "--max-examples", "30", "--findings", str(tmp_path))
+    assert code == 0
+    assert "neutral change (encoder calls): chunked_prefill_embedding on per_request" in signatures(out)
+    assert run(capsys, *argv[:3], *argv[5:], "--max-examples", "30", "--findings", str(tmp_path))[0] == 0
+
+
+@pytest.mark.parametrize(
+    ("command", "spec", "words"),
+    [
+        ("check", "mutant:nope", "unknown mutant 'nope'"),
+        ("check", "nonsense", "unknown target 'nonsense'"),
+        ("replay", "mutant:nope", "unknown mutant 'nope'"),
+    ],
+)
+def test_a_bad_against_spec_is_one_usage_error(capsys, tmp_path, command, spec, words):
+    case = tmp_path / "case.json"  # a readable case: the spec is what is refused
+    case.write_text('{"format": "mmharness.case/1", "check": "count.matches_reference", "requests": []}')
+    argv = (
+        ["check", "--checks", "R1", "--findings", str(tmp_path)]
+        if command == "check"
+        else ["replay", str(case)]
+    )
+    code, out, err = run(capsys, *argv, "--against", spec)
+    assert code == 2
+    assert "PASS" not in out and "DIVERGENCE" not in out  # refused before anything ran
+    assert len(err.strip().splitlines()) == 1
+    assert f"--against {spec}: " in err and words in err
+
+
+def test_the_against_target_lacking_a_capability_skips_naming_it(capsys, tmp_path):
+    argv = ["check", "--target", ENGINE_MODEL, "--against", "reference", "--checks", "prefill.whole_items"]
+    code, out, _ = run(capsys, *argv, "--findings", str(tmp_path))
+    assert "SKIP           prefill.whole_items (R3w)  --against reference: reference lacks whole_items" in out
+    assert code == 4  # nothing ran
+
+
+# The comparison itself ------------------------------------------------------------------------------
+
+
+def _call(method: str, value=None, *, error: tuple | None = None, encoded=(), path=None) -> Call:
+    outcome = ("error", *error) if error else ("value", against.normalised(value))
+    return Call(method, path, outcome, tuple(encoded))
+
+
+def test_the_first_difference_names_its_observable():
+    import torch
+
+    rows, other_rows = torch.zeros(2, 3), torch.ones(2, 3)
+    mask, other_mask = torch.tensor([True, False]), torch.tensor([False, True])
+
+    def observable(mine: list[Call], theirs: list[Call]) -> str:
+        return first_difference(mine, theirs).observable
+
+    same = [_call("embedding_and_mask", (rows, mask), encoded=[((1, 2),)])]
+    assert first_difference(same, list(same)) is None
+    assert observable(same, [_call("embedding_and_mask", (rows, other_mask), encoded=[((1, 2),)])]) == "mask"
+    assert observable(same, [_call("embedding_and_mask", (other_rows, mask), encoded=[((1, 2),)])]) == "rows"
+    assert observable(same, [_call("embedding_and_mask", (rows, mask), encoded=[((1, 2),), ((3, 1),)])]) == (
+        "encoder calls"
+    )
+    assert observable(same, [_call("embedding_and_mask", error=("ValueError", "no"))]) == "refusal"
+    refused = [_call("count_mm_tokens", error=("ValueError", "bad span"))]
+    assert observable(refused, [_call("count_mm_tokens", error=("ValueError", "bad window"))]) == "message"
+    assert observable(refused, [_call("count_mm_tokens", error=("RuntimeError", "bad span"))]) == "refusal"
+    stepped = [_call("whole_item_prefill", (rows, [(0, 0, 2)]))]
+    assert observable(stepped, [_call("whole_item_prefill", (rows, [(0, 0, 1)]))]) == "steps"
+    assert observable([_call("count_mm_tokens", 3)], [_call("count_mm_tokens", 4)]) == "count"
+    batched = [_call("chunked_prefill_embedding", rows, path="batched")]
+    assert observable(batched, [_call("chunked_prefill_embedding", rows, path="per_request")]) == "calls"
+    assert observable(batched, batched * 2) == "calls"
+    # a tensor's dtype, shape and values all count
+    assert observable(
+        [_call("adjust_embedding_length", rows)], [_call("adjust_embedding_length", rows.half())]
+    )
+    assert first_difference([_call("chunk", rows)], [_call("chunk", rows.clone())]) is None
+
+
+def test_a_recorded_target_keeps_each_call_with_its_encoder_calls_and_passes_through():
+    item = Item(spans=((1, 2),), hash=7)
+    case = Case(requests=(Request(seq_len=4, prefix_len=0, extend_len=4, items=(item,)),))
+    recorded = Recorded(ReferenceTarget())
+    assert recorded.name == "reference" and recorded.paths == ("batched", "per_request")
+    assert recorded.new_cache(10) is None and recorded.calls == []  # a cache is no observable
+    recorded.chunked_prefill_embedding(case, Encoder(case), cache=None, path="per_request")
+    (call,) = recorded.calls
+    assert (call.method, call.path, call.encoded) == (
+        "chunked_prefill_embedding",
+        "per_request",
+        (((7, 2),),),
+    )
+    assert call.outcome[0] == "value" and call.outcome[1][:3] == ("tensor", (2, case.hidden), case.dtype)
+    with pytest.raises(Exception) as raised:
+        recorded.count_mm_tokens(
+            Case(requests=(Request(seq_len=1, prefix_len=0, extend_len=1, items=(item,)),))
+        )
+    assert recorded.calls[-1].outcome == (
+        "error",
+        type(raised.value).__name__,
+        str(raised.value).splitlines()[0],
+    )
+
+
+def test_the_replay_line_of_a_comparison_runs_both_targets():
+    assert report.replay_command("f.json", "./python", against="sglang==0.5.23") == (
+        "mmharness replay f.json --target ./python --against sglang==0.5.23"
+    )
+    assert "--against" not in report.replay_command("f.json", "./python")
+
+
+def test_the_pull_request_recipe_parses_and_compares():
+    text = re.sub(r"\\\n\s*", " ", (ROOT / "docs" / "ci" / "pull-request.yml").read_text())
+    commands = [
+        shlex.split(line.strip().removeprefix("- ").removeprefix("run: "))[1:]
+        for line in text.splitlines()
+        if line.strip().startswith("mmharness ")
+    ]
+    assert len(commands) == 2
+    for words in commands:
+        assert words[0] == "check"
+        args = _parser().parse_args(words)
+        assert args.against and args.findings and args.json
+    assert {args.against.split("==")[0] for args in map(_parser().parse_args, commands)} == {"sglang", "vllm"}
