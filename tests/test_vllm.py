@@ -174,6 +174,34 @@ def test_a_rejected_request_leaves_the_batch_and_the_others_finish():
         drive(answer)
 
 
+def test_a_request_scheduled_in_the_step_that_rejects_it_stops_the_call_there():
+    """Its tokens must not run: the rejection carries the step, for the checks to hold to the rules."""
+
+    def answer(scheduler, request, new_tokens):  # request 0 rejected, yet given two tokens
+        if request.request_id.endswith("-0"):
+            scheduler.encoder_cache_mismatch_reqs.add(request.request_id)
+        return min(new_tokens, 2)
+
+    with pytest.raises(driver.Rejected, match="vLLM rejected request 0") as raised:
+        drive(answer)
+    assert raised.value.scheduled == [(0, 0, 2)]  # (step, request, tokens)
+    assert len(raised.value.log) == 1  # no step after it: the call stopped before its encode and gather
+    assert raised.value.log[0].rejected == [0]
+
+
+def test_a_request_rejected_with_nothing_scheduled_is_a_plain_refusal():
+    def answer(scheduler, request, new_tokens):
+        if request.request_id.endswith("-0"):
+            scheduler.encoder_cache_mismatch_reqs.add(request.request_id)
+            return 0
+        return min(new_tokens, 3)
+
+    with pytest.raises(driver.Rejected) as raised:
+        drive(answer)
+    assert raised.value.scheduled == []
+    assert raised.value.log[0].rejected == [0]
+
+
 def test_steps_past_the_cap_are_no_progress():
     from mmharness.deadline import NoProgress
 
@@ -330,6 +358,14 @@ SEEDED = [
         "image_pixel_grid_sizes // spatial_merge_size // spatial_merge_size",
         "image_pixel_grid_sizes // spatial_merge_size * spatial_merge_size",
         "grid.split_matches_reference",
+        DIVERGENCE,
+    ),
+    (
+        "scheduler: a request rejected for an identifier cached with another count still gets a token",
+        "v1/core/sched/scheduler.py",
+        "                ):\n                    return [], 0, encoder_compute_budget, [], []",
+        "                ):\n                    return [], 1, encoder_compute_budget, [], []",
+        "prefill.whole_items",
         DIVERGENCE,
     ),
     (

@@ -122,3 +122,42 @@ def test_eviction_of_the_newest_free_entry_shows_in_encoder_calls(release_dir, s
     with pytest.raises(Hazard) as raised:
         check.property(mutant, three_items_one_back(), EVICTION)
     assert raised.value.signature == "re-encoded an item a cache evicting its oldest free entries would hold"
+
+
+def done_inside_an_item_beside_a_larger_need() -> Case:
+    """Request 0's window ends inside its item X; request 1 needs Z, which fits a cache of 4 only alone."""
+    inside = Request(seq_len=8, prefix_len=0, extend_len=3, items=(Item(spans=((1, 4),), hash=5),))
+    needs = Request(seq_len=8, prefix_len=0, extend_len=8, items=(Item(spans=((2, 5),), hash=6),))
+    return Case(requests=(inside, needs))
+
+
+HELD = {"cache_size": 4, "encoder_budget": 0, "token_budget": 0, "v2": 0, "whole": 0, "drafter": 1}
+EVICTED_HELD = "evicted a cache entry a live request still held"
+FREES_EVERY_INPUT = (  # Whisper's rule (an encoder-decoder frees its inputs after one token) applied to all
+    "v1/core/sched/scheduler.py",
+    "            if self.is_encoder_decoder and request.num_computed_tokens > 0:",
+    "            if not self.is_encoder_decoder and request.num_computed_tokens > 0:",
+)
+
+
+@pytest.mark.network
+def test_an_entry_a_live_request_still_holds_is_never_evicted(release_dir, seeded_copy):
+    """X stays referenced until request 0 leaves the batch, so Z waits; freeing it after one step lets Z
+    evict it while request 0 still holds it: a hazard (the rows stay right), 0.33.0 none."""
+    from mmharness.engines.vllm import adapter
+
+    check = CHECKS["prefill.draft_lookahead"]
+    release = adapter.from_path(str(release_dir), name="release", release=RELEASE)
+    check.property(release, done_inside_an_item_beside_a_larger_need(), HELD)  # Z waits: passes
+    mutant = seeded(release_dir, seeded_copy, [FREES_EVERY_INPUT])
+    with pytest.raises(Hazard) as raised:
+        check.property(mutant, done_inside_an_item_beside_a_larger_need(), HELD)
+    assert raised.value.signature == EVICTED_HELD
+
+
+@pytest.mark.network
+def test_the_drawn_options_reach_a_held_entry_evicted(release_dir, seeded_copy):
+    """Under the CI profile, requests competing on a small cache show the eviction of a held entry."""
+    mutant = seeded(release_dir, seeded_copy, [FREES_EVERY_INPUT])
+    result = run_check(CHECKS["prefill.draft_lookahead"], mutant)
+    assert EVICTED_HELD in [f.signature for f in result.findings]

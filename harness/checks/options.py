@@ -12,11 +12,12 @@ engine's second gather, and the other option (items whole with a drafter). A
 target that can run them has ``scheduled_prefill`` (vLLM's step driver);
 others run with the option alone. Under every combination the same rules
 hold: each step's rows are R3's rows of what it scheduled, no step cuts an
-item (R3w), the drafter's gather finds what was encoded (R3d). And the
-encoder's work is watched (hazards, without hash collisions): no step
-encodes more than its compute budget, and no item is encoded again while a
-cache that evicts its oldest unreferenced entries first, of the size in
-force, would still have held it.
+item (R3w), the drafter's gather finds what was encoded (R3d), and the step
+that refuses a request schedules nothing of it. And the encoder's work is
+watched (hazards, without hash collisions): no step encodes more than its
+compute budget, no item is encoded again while a cache that evicts its
+oldest unreferenced entries first, of the size in force, would still have
+held it, and no entry is evicted while a request in the batch still holds it.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from typing import Any
 
 from mmharness import reference, tensors
 from mmharness.checks.common import REFERENCE, collisions_as_hazards
-from mmharness.checks.outcome import Failure, Hazard, Outcome, observe, value_of
+from mmharness.checks.outcome import Failure, Hazard, Outcome, observe, show_error, value_of
 from mmharness.checks.prefill import refused_collision, run, same
 from mmharness.checks.registry import DIFFERENTIAL, check
 from mmharness.model import Case, Item
@@ -78,6 +79,7 @@ def _run_with_options(target: Target, case: Case, params: dict, *, whole: bool, 
         encoder_budget=positive("encoder_budget"),
     )
     outcome = observe(call)
+    _nothing_scheduled_for_the_refused(outcome)
     if refused_collision(case, outcome, anywhere=True):
         return None
     with collisions_as_hazards(case):
@@ -91,6 +93,25 @@ def _run_with_options(target: Target, case: Case, params: dict, *, whole: bool, 
         encoder_budget=served.encoder_budget,
         unit=served.unit,
     )
+
+
+def _nothing_scheduled_for_the_refused(outcome: Outcome) -> None:
+    """The step that refuses a request schedules nothing of it: no token, no encoder input.
+
+    A refusal may say which requests a step both scheduled and refused
+    (``scheduled``: ``(step, request, tokens)``, vLLM's step driver). Any is a
+    divergence, on a batch with a hash collision too: the refusal is allowed,
+    running the refused request's tokens in that step (on the rows the refusal
+    was about) is not (docs/rules.md, "A second engine").
+    """
+    scheduled = getattr(outcome.error, "scheduled", None) if outcome.raised else None
+    if isinstance(scheduled, list) and scheduled:
+        raise Failure(
+            "a step scheduled tokens of a request it refused",
+            expected="no token and no encoder input of a request in the step that refuses it",
+            actual=f"(step, request, tokens) {scheduled}: {show_error(outcome.error)}",
+            signature="a step scheduled tokens of a request it refused",
+        )
 
 
 def tensors_rows(rows: list[Any]) -> Any:
@@ -181,10 +202,26 @@ def _encoder_work(case: Case, served: Any, lookahead: int) -> None:
       request could have held or needed (from where it stood to its window's
       end, and the drafter's look-ahead) together with the item would not
       fit. Otherwise the cache dropped, or never kept, what it had room for.
+    - No entry is evicted while a request in the batch holds it (a step
+      scheduled it over the item and it has not passed the item's end), a
+      request stopped in the middle of an item across steps included, whatever
+      the cache's size (a target whose log names what each step evicted).
     """
     ends = [r.prefix_len + r.extend_len for r in case.requests]
     last: dict[int, int] = {}
     for t, step in enumerate(served.log):
+        for evicted in getattr(step, "evicted", ()):
+            holder = _holder(case, served.log, t, evicted, lookahead)
+            if holder is not None:
+                k, i, since = holder
+                raise Hazard(
+                    f"step {t} evicted the cache entry of item {i} of request {k}, which still held it"
+                    f" (since step {since})",
+                    expected="only entries no request in the batch holds are evicted (vLLM's policy)",
+                    actual=f"evicted hashes per step {[getattr(s, 'evicted', []) for s in served.log]};"
+                    f" each step's requests at {[s.live for s in served.log]}",
+                    signature="evicted a cache entry a live request still held",
+                )
         items = [case.requests[k].items[i] for k, i in step.encoded]
         cost = sum(_cost(item, served.unit) for item in items)
         if cost > served.encoder_budget:
@@ -211,6 +248,25 @@ def _encoder_work(case: Case, served: Any, lookahead: int) -> None:
                         signature="re-encoded an item a cache evicting its oldest free entries would hold",
                     )
             last[item.hash] = t
+
+
+def _holder(case: Case, log: list, t: int, item_hash: int, lookahead: int) -> tuple[int, int, int] | None:
+    """Who holds an item of this hash at step ``t``: ``(request, item, since step)``, or ``None``.
+
+    It holds the item from the first step that scheduled it over one of the
+    item's positions (its look-ahead included) until it passes the item's end
+    or leaves the batch; no eviction in between is vLLM's.
+    """
+    for k, computed in log[t].live.items():
+        for i, item in enumerate(case.requests[k].items):
+            if item.hash != item_hash or computed >= item.extent.stop:
+                continue
+            positions = set(item.positions())
+            for s, earlier in enumerate(log[:t]):
+                n, start = earlier.scheduled.get(k, 0), earlier.live.get(k, 0)
+                if n > 0 and any(p in positions for p in range(start, start + n + lookahead)):
+                    return k, i, s
+    return None
 
 
 def _could_hold(case: Case, log: list, ends: list[int], lookahead: int) -> dict[int, Item]:

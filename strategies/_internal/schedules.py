@@ -71,6 +71,11 @@ def _run_options(draw: DrawFn, case: Case, whole: int | None, drafter: int | Non
         else pick(draw, 1, windows, [1, *(e + d for e in extents for d in (-1, 0, 1)), windows // 2]),
         "v2": integer(draw, 0, 1),
     }
+    if len(case.requests) > 1 and integer(draw, 0, 1) == 1:
+        # Half the batches of several requests compete on the smallest cache an engine runs (its largest item,
+        # the encoder budget the same) under the drawn token budget: a request stopped inside an item (at
+        # its window's end or the budget's) keeps its entry while another needs the room.
+        options.update(cache_size=largest, encoder_budget=0)
     options["whole"] = integer(draw, 0, 1) if whole is None else whole
     options["drafter"] = integer(draw, 0, 1) if drafter is None else drafter
     return options
@@ -86,6 +91,9 @@ def run_options(
     often smaller than the cache and the cache often holds one large item but
     not two; ``token_budget`` (one step's tokens, shared by the requests) near
     the items' extents, so a request stops inside an item while others run.
+    Half the batches of several requests then compete on the smallest cache
+    an engine runs (its largest item, the encoder budget the same): a request
+    stopped inside an item keeps its entry while another needs the room.
     ``v2`` picks the engine's second gather; ``whole`` (items scheduled whole)
     and ``drafter`` (a drafter reading one token ahead) are drawn unless given.
     0 is each option's default, so examples shrink toward a plain run.

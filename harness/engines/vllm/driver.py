@@ -15,10 +15,14 @@ object (manager and worker cache) lives on for the next call.
 
 A request the scheduler rejects (an identifier cached with another embedding
 count, 0.31 on) leaves the batch as vLLM finishes it with an error; the others
-go on, and the call then raises the rejection (a clear refusal). A step that
-advances no request and ends none, while windows remain, is the engine's:
-``NoProgress`` (a divergence), as is running past a cap on the steps far above
-what a case needs.
+go on, and the call then raises the rejection (``Rejected``: a clear refusal),
+with the log of the steps taken. The step that rejects a request must schedule
+nothing of it (no token, no encoder input): one that does stops the call there,
+before the step's encode and gather run for it, and the rejection's log shows
+the request both scheduled and rejected in that step (``Rejected.scheduled``),
+which the checks hold to the rules. A step that advances no request and ends
+none, while windows remain, is the engine's: ``NoProgress`` (a divergence), as
+is running past a cap on the steps far above what a case needs.
 
 The engine's classes are never instantiated (their constructors want a whole
 engine configuration): a ``StandIn`` (``mmharness.targets.standin``) holds the
@@ -96,6 +100,10 @@ class StepLog:
     """``(request, item)`` of every encoder input the step ran, in encoder-call order."""
     scheduled: dict[int, int] = field(default_factory=dict)
     """Request index -> the tokens the step scheduled for it (requests it scheduled nothing for absent)."""
+    rejected: list[int] = field(default_factory=list)
+    """Requests the step rejected (an identifier cached or scheduled with another embedding count)."""
+    evicted: list[int] = field(default_factory=list)
+    """Hashes of the items whose cache entries the manager evicted while scheduling the step."""
 
 
 @dataclass
@@ -116,6 +124,24 @@ class Served:
     """Each step's encoder compute budget in ``unit`` (after vLLM's floor: its largest item)."""
     unit: str = "embeddings"
     """What the cache and budget count: ``embeddings`` (``is_embed`` gaps excluded) or ``placeholders``."""
+
+
+class Rejected(ValueError):
+    """vLLM rejected a request (a clear refusal); ``log``: the steps taken, up to the one that rejected it."""
+
+    def __init__(self, message: str, log: list[StepLog]) -> None:
+        super().__init__(message)
+        self.log = log
+
+    @property
+    def scheduled(self) -> list[tuple[int, int, int]]:
+        """``(step, request, tokens)`` of each request a step scheduled and rejected (the rules: none)."""
+        return [
+            (t, k, step.scheduled[k])
+            for t, step in enumerate(self.log)
+            for k in step.rejected
+            if k in step.scheduled
+        ]
 
 
 def identifier(item: Item) -> str:
@@ -287,6 +313,7 @@ class Driver:
         masks: list[list[Any]] = [[] for _ in requests]
         live = set(range(len(requests)))
         rejected: list[int] = []
+        hashes = {identifier(item): item.hash for _, _, item in case.items()}
         need = sum(max(0, end - r.num_computed_tokens) for r, end in zip(requests, ends, strict=True))
         cap = STEP_CAP_FACTOR * (need + len(requests)) + STEP_CAP_SLACK
         taken = 0
@@ -302,9 +329,12 @@ class Driver:
                 mismatched = scheduler.encoder_cache_mismatch_reqs
                 left = [k for k in sorted(live) if requests[k].request_id in mismatched]
                 mismatched.clear()
+                log[-1].rejected = left
                 for k in left:
                     rejected.append(k)
                     self._finish(requests[k], cache, live, k)
+                if any(k in scheduled for k in left):  # its tokens must not run: stop before the encode
+                    break
                 if not scheduled:
                     done = [k for k in live if whole_items or requests[k].num_computed_tokens >= ends[k]]
                     if not done and not left:
@@ -314,6 +344,8 @@ class Driver:
                     continue
                 for mm_hash in cache.manager.get_freed_mm_hashes():
                     cache.outputs.pop(mm_hash, None)
+                    if mm_hash in hashes:
+                        log[-1].evicted.append(hashes[mm_hash])
                 log[-1].encoded = self._encode(case, encoder, requests, scheduled, cache)
                 embeds, mask = self._gather(case, requests, scheduled, cache, path)
                 self._split(embeds, mask, scheduled, rows, masks)
@@ -327,9 +359,10 @@ class Driver:
             for k in sorted(live):
                 self._finish(requests[k], cache, live, k)
         if rejected:
-            raise ValueError(
+            raise Rejected(
                 f"vLLM rejected request {rejected[0]}: an item's identifier is cached (or scheduled)"
-                " with another embedding count"
+                " with another embedding count",
+                log,
             )
         device = case.device
         empty_mask = torch.zeros(0, dtype=torch.bool, device=device)
