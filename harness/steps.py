@@ -24,7 +24,9 @@ from mmharness.model import Case, Request
 PREFILL, EMBED, SKIP, CACHE = "prefill", "embed", "skip", "cache"
 CHUNKS = (PREFILL, EMBED)
 """The steps that compute chunks."""
-PATHS = ("batched", "per_request")
+PATHS = ("default", "other")
+"""A step on the target's default path, or on its other one (``Target.paths``: SGLang's per-request
+path, vLLM's V2 gather; the default where it has no other)."""
 FORMS = ("tensor", "list")
 CACHE_SIZES = ("unlimited", "half", "tiny", "zero")
 """``half``: room for half the case's rows (evicting); ``tiny``: two rows."""

@@ -31,7 +31,7 @@ from mmharness.checks.outcome import Failure, Hazard, Outcome, observe, show_err
 from mmharness.checks.prefill import refused_collision, run, same
 from mmharness.checks.registry import DIFFERENTIAL, check
 from mmharness.model import Case, Item
-from mmharness.targets.base import DRAFT_LOOKAHEAD, UNLIMITED_CACHE, WHOLE_ITEMS, Encoder, Target
+from mmharness.targets.base import DRAFT_LOOKAHEAD, UNLIMITED_CACHE, WHOLE_ITEMS, Encoder, Target, paths_of
 
 
 def _option_cases(device: str, *, whole: int | None = None, drafter: int | None = None):
@@ -40,6 +40,12 @@ def _option_cases(device: str, *, whole: int | None = None, drafter: int | None 
     return mst.cases(collisions=True, device=device).flatmap(
         lambda case: mst.run_options(case, whole=whole, drafter=drafter).map(lambda options: (case, options))
     )
+
+
+def _path(target: Target, params: dict) -> str:
+    """The path ``other_path`` asks for, by the target's own name: its second, else its default."""
+    paths = paths_of(target)
+    return paths[1] if params.get("other_path") and len(paths) > 1 else paths[0]
 
 
 def _cache_size(case: Case, params: dict) -> int:
@@ -72,7 +78,7 @@ def _run_with_options(target: Target, case: Case, params: dict, *, whole: bool, 
         case,
         Encoder(case),
         cache=target.new_cache(_cache_size(case, params)),
-        path="v2" if params.get("v2") else "v1",
+        path=_path(target, params),
         whole_items=whole,
         lookahead=1 if drafter else 0,
         token_budget=positive("token_budget"),

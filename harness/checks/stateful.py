@@ -129,7 +129,7 @@ class Machine:
     def _prefill(self, k: int, step: dict) -> None:
         batch = program.window_case(self.case, self.progress, step["requests"], step["lengths"])
         default, *others = paths_of(self.target)
-        path = others[0] if others and step.get("path") == "per_request" else default
+        path = others[0] if others and step.get("path") == "other" else default
         encoder = BufferReusingEncoder(batch, step.get("form", "tensor"))
         call = partial(self.target.chunked_prefill_embedding, batch, encoder, cache=self.cache, path=path)
         actual = observe(call)

@@ -22,7 +22,6 @@ from typing import TYPE_CHECKING, Any
 from mmharness import tensors
 from mmharness.model import MODALITIES, MODEL_DATA_KEYS, Case, CaseError, Item, Request, Span, problems
 from mmharness.reference import INSUFFICIENT_PREFIX, ONE_GRID_MESSAGE, PARTIAL_PRECOMPUTED_MESSAGE
-from mmharness.steps import PATHS
 from mmharness.targets.base import (
     ALL_CAPABILITIES,
     DRAFT_LOOKAHEAD,
@@ -281,8 +280,8 @@ class EngineModel(Target):
         only saves work across batches: a tiny or evicting cache never costs a row or a
         second encode, and both paths share the same slicing.
         """
-        if path not in PATHS:
-            raise ValueError(f"unknown path {path!r}; expected one of {', '.join(PATHS)}")
+        if path not in self.paths:
+            raise ValueError(f"unknown path {path!r}; expected one of {', '.join(self.paths)}")
         self._validate(case)
         case = self._listed(case)
         inside = [[item for item in req.items if self._overlaps(item, req)] for req in case.requests]

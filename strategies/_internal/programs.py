@@ -63,9 +63,9 @@ def prefill_programs(
 ) -> SearchStrategy[list[dict]]:
     """Programs of prefill, end-to-end, prefix-cache skip and cache steps over ``case``'s requests.
 
-    ``paths`` and ``forms`` are the engine paths and encoder output forms the
-    prefill steps may use; ``scribble`` marks a step after which the encoder's
-    output buffers are overwritten (an encoder that reuses its buffers).
+    ``paths`` (the target's ``default`` path, or its ``other``, by whatever name the target gives it)
+    and ``forms`` (encoder output forms) are what the prefill steps may use; ``scribble`` marks a step
+    after which the encoder's output buffers are overwritten (an encoder that reuses its buffers).
     """
     check_int("max_steps", max_steps, min_value=1)
     check_order("max_steps", max_steps, "the most a program holds", program.MAX_STEPS)

@@ -48,7 +48,7 @@ def schedules(*, seq_len: int, cuts: Sequence[int] = ()) -> SearchStrategy[tuple
     return _schedules(seq_len, tuple(sorted(c for c in near if 0 < c < seq_len)))
 
 
-RUN_OPTIONS = ("token_budget", "encoder_budget", "cache_size", "v2", "whole", "drafter")
+RUN_OPTIONS = ("token_budget", "encoder_budget", "cache_size", "other_path", "whole", "drafter")
 """The scheduler options an engine run may be given (all ints, so a saved example replays)."""
 
 
@@ -69,7 +69,7 @@ def _run_options(draw: DrawFn, case: Case, whole: int | None, drafter: int | Non
         "token_budget": 0
         if integer(draw, 0, 2) == 0
         else pick(draw, 1, windows, [1, *(e + d for e in extents for d in (-1, 0, 1)), windows // 2]),
-        "v2": integer(draw, 0, 1),
+        "other_path": integer(draw, 0, 1),
     }
     if len(case.requests) > 1 and integer(draw, 0, 1) == 1:
         # Half the batches of several requests compete on the smallest cache an engine runs (its largest item,
@@ -94,8 +94,8 @@ def run_options(
     Half the batches of several requests then compete on the smallest cache
     an engine runs (its largest item, the encoder budget the same): a request
     stopped inside an item keeps its entry while another needs the room.
-    ``v2`` picks the engine's second gather; ``whole`` (items scheduled whole)
-    and ``drafter`` (a drafter reading one token ahead) are drawn unless given.
+    ``other_path`` picks the target's second path (vLLM: model runner V2's gather); ``whole`` (items
+    scheduled whole) and ``drafter`` (a drafter reading one token ahead) are drawn unless given.
     0 is each option's default, so examples shrink toward a plain run.
     """
     for name, value in (("whole", whole), ("drafter", drafter)):

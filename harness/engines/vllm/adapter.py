@@ -182,8 +182,8 @@ class VLLMTarget(LoadedTarget):
         return EncoderCache(max_size)
 
     def _run(self, case: Case, encoder: Encoder, cache: EncoderCache, path: str, **options: Any) -> Served:
-        if path not in self.paths:
-            path = self.paths[0]
+        if path not in self.paths:  # the harness asked for a path this release lacks: its own mistake
+            raise HarnessGap(f"no path {path!r} in this target; its paths are {', '.join(self.paths)}")
         with self.watched():
             return self.driver.run(case, encoder, cache, path, **options)
 
