@@ -97,7 +97,14 @@ def three_items_one_back() -> Case:
     return Case(requests=(Request(seq_len=8, prefix_len=0, extend_len=8, items=items),))
 
 
-EVICTION = {"cache_size": 4, "encoder_budget": 0, "token_budget": 2, "v2": 0, "whole": 1, "drafter": 0}
+EVICTION = {
+    "cache_size": 4,
+    "encoder_budget": 0,
+    "token_budget": 2,
+    "other_path": 0,
+    "whole": 1,
+    "drafter": 0,
+}
 
 
 @pytest.mark.network
@@ -131,7 +138,7 @@ def done_inside_an_item_beside_a_larger_need() -> Case:
     return Case(requests=(inside, needs))
 
 
-HELD = {"cache_size": 4, "encoder_budget": 0, "token_budget": 0, "v2": 0, "whole": 0, "drafter": 1}
+HELD = {"cache_size": 4, "encoder_budget": 0, "token_budget": 0, "other_path": 0, "whole": 0, "drafter": 1}
 EVICTED_HELD = "evicted a cache entry a live request still held"
 FREES_EVERY_INPUT = (  # Whisper's rule (an encoder-decoder frees its inputs after one token) applied to all
     "v1/core/sched/scheduler.py",
