@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from mmharness.checks.registry import Check
-from mmharness.model import MODEL_DATA_KEYS, VIDEO_GRID_KEY, Case, Item
+from mmharness.model import MODEL_DATA_KEYS, VIDEO_GRID_KEY, Case, Item, interleaves
 from mmharness.runner import run_check
 from mmharness.targets.base import Target
 
@@ -36,6 +36,7 @@ CONVENTION_CLASSES = {
     ),
     "image, video and audio in one request": ("embed_mask.matches_reference", "prefill.matches_reference"),
     "a multi-run audio clip beside another modality": ("embed_mask.matches_reference",),
+    "items of two modalities interleaved": ("embed_mask.matches_reference",),
     "per-request lists shorter than the batch": ("prefill.short_lists",),
     "a request with items past the lists' end": ("prefill.short_lists",),
 }
@@ -139,6 +140,8 @@ def convention_classes(case: Case) -> set[str]:
             found.add("a request mixing modalities")
             if any(i.modality == "audio" and len(i.spans) > 1 for i in request.items):
                 found.add("a multi-run audio clip beside another modality")
+        if interleaves(request):
+            found.add("items of two modalities interleaved")
         if {"image", "video", "audio"} <= modalities:
             found.add("image, video and audio in one request")
         if k >= case.listed and request.items:

@@ -16,6 +16,7 @@ import dataclasses
 from pathlib import Path
 
 import pytest
+import torch
 from hypothesis import Phase, given, seed, settings
 from mmharness import payload, reference, tensors
 from mmharness import strategies as mst
@@ -288,3 +289,39 @@ def test_a_stale_count_after_evs_is_found_only_by_pruned_videos(sglang_release, 
     result = run_check(with_class(check_id, evs=True), target)
     assert result.status == DIVERGENCE
     assert any("maybe_assert_sum" in f.signature for f in result.findings), result.findings
+
+
+class _ItemOrder(ReferenceTarget):
+    """A seeded bug: the end-to-end rows of a request, item after item, not in the mask's position order
+    (the same rows; where the window holds two interleaved items, the wrong row at a position)."""
+
+    def embedding_and_mask(self, case, encoder, *, cache=None):
+        embedding, mask = super().embedding_and_mask(case, encoder, cache=cache)
+        if embedding is None or not any(interleaves(r) for r in case.requests):
+            return embedding, mask
+        rows = []
+        for request in case.requests:
+            window = range(request.prefix_len, request.prefix_len + request.extend_len)
+            for item in request.items:
+                whole = tensors.item_embedding(case, item)
+                rows += [whole[k] for k, at in enumerate(item.positions()) if at in window]
+        return torch.stack(rows), mask
+
+
+def test_the_end_to_end_check_catches_interleaved_items_served_in_item_order():
+    """embed_mask.matches_reference draws items of two modalities interleaved; rows served item after
+    item rather than in position order diverge (on a saved case of that class, and on the CI run)."""
+    case = Case(
+        (
+            Request(
+                8, 0, 8, (Item(((0, 1), (3, 6)), 1, modality="video"), Item(((2, 2),), 2, modality="audio"))
+            ),
+        )
+    )
+    check = CHECKS["embed_mask.matches_reference"]
+    assert run_check(check, ReferenceTarget(), profile="ci", explicit=[(case, {})]).status == PASSED
+    assert (
+        run_check(check, _ItemOrder(), profile="ci", explicit=[(case, {})], stop_at=(DIVERGENCE,)).status
+        == DIVERGENCE
+    )
+    assert run_check(check, _ItemOrder(), profile="ci", stop_at=(DIVERGENCE,)).status == DIVERGENCE

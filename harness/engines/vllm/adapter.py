@@ -18,7 +18,7 @@ from typing import Any
 from mmharness import item_data, reference
 from mmharness.engines.vllm import layout, shims
 from mmharness.engines.vllm.driver import Driver, EncoderCache, Modules, Served, StandIn, rows_of
-from mmharness.model import VIDEO_GRID_KEY, Case, Item
+from mmharness.model import VIDEO_GRID_KEY, Case, Item, interleaves
 from mmharness.targets import base, loader
 from mmharness.targets.base import (
     DRAFT_LOOKAHEAD,
@@ -274,6 +274,15 @@ class VLLMTarget(LoadedTarget):
             self._feature_item(original, key, data_key, group, part, scale)
             for group, part in zip(groups, parts, strict=True)
         ]
+
+    def unreceived(self, case: Case) -> str | None:
+        """Why the driver never hands vLLM the case: items of two modalities interleaved are merged by the
+        model (the gather assumes features sorted by offset and not overlapping), not by these files."""
+        if any(interleaves(request) for request in case.requests):
+            return "items of two modalities interleaved: vLLM leaves their merge to the model"
+        if any(item.frame_rows for _, _, item in case.items()):
+            return "EVS-pruned videos: vLLM's convention for them differs (not modelled)"
+        return None
 
     def split_unreceived(self, item: Item) -> str | None:
         """Why vLLM's field configs never see this item form (the split checks then skip it), or ``None``."""
