@@ -353,30 +353,28 @@ def _run(check: Check, target: Target, case: Any, params: dict) -> Side:
 
 
 def _regression(mine: Side, theirs: Side) -> None:
-    f = mine.failure
     if theirs.failure is None:
         how = f"{mine.target.name} fails where {theirs.target.name} passes"
     else:
         how = f"{mine.target.name} fails differently from {theirs.target.name}, at least as badly"
-    raise Failure(
-        f"regression: {how}: {f.kind} {f.message}",
-        expected=theirs.shown(),
-        actual=mine.shown(),
-        signature=f"regression: {f.signature}",
-    )
+    _judged(Failure, "regression", how, mine.failure, mine, theirs)
 
 
 def _fix(mine: Side, theirs: Side) -> None:
-    f = theirs.failure
     if mine.failure is None:
         how = f"{mine.target.name} passes where {theirs.target.name} fails"
     else:
         how = f"{mine.target.name} fails less badly than {theirs.target.name} ({mine.failure.kind})"
-    raise Hazard(
-        f"fix: {how}: {f.kind} {f.message}",
+    _judged(Hazard, "fix", how, theirs.failure, mine, theirs)
+
+
+def _judged(kind: type[Failure], change: str, how: str, failed: Failure, mine: Side, theirs: Side) -> None:
+    """Raise the change as ``kind``: its signature the failing side's, prefixed with the change."""
+    raise kind(
+        f"{change}: {how}: {failed.kind} {failed.message}",
         expected=theirs.shown(),
         actual=mine.shown(),
-        signature=f"fix: {f.signature}",
+        signature=f"{change}: {failed.signature}",
     )
 
 
