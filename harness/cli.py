@@ -52,7 +52,7 @@ def main(argv: list[str] | None = None) -> int:
     args.passthrough = passthrough
     args.argv = argv
     # Hypothesis keeps a little state on disk; the command keeps it in its cache, not in the cwd.
-    from mmharness.targets.loader import cache_dir
+    from mmharness.storage import cache_dir
 
     os.environ.setdefault("HYPOTHESIS_STORAGE_DIRECTORY", str(cache_dir() / "hypothesis"))
     try:

@@ -19,7 +19,7 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from hypothesis.database import ExampleDatabase
-from mmharness.targets.loader import cache_dir
+from mmharness.storage import cache_dir
 
 NONE = "none"
 

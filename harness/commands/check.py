@@ -44,9 +44,9 @@ def add_parser(sub) -> None:
     check.add_argument(
         "--against",
         metavar="SPEC",
-        help="a known-good target (any --target form, e.g. sglang==X) every case also runs on: each"
-        " difference is a change, judged by the rules: a regression (fails the run), a fix or a neutral"
-        " change (shown; fail under --strict)",
+        help="a known-good target (any --target form: an engine release, a path) every case also runs"
+        " on: each difference is a change, judged by the rules: a regression (fails the run), a fix or a"
+        " neutral change (shown; fail under --strict)",
     )
     check.add_argument(
         "--checks",

@@ -46,6 +46,7 @@ from importlib.util import MAGIC_NUMBER
 from pathlib import Path
 from typing import Any, Protocol
 
+from mmharness.storage import cache_dir
 from mmharness.targets.base import TargetError
 from mmharness.targets.stubs import Record, Stub
 
@@ -55,16 +56,6 @@ CodeTransform = Callable[[str, types.CodeType], types.CodeType]
 PRIVATE_PREFIX = "_mmharness_engine"
 _REAL_IMPORT = builtins.__import__
 _loads = itertools.count(1)
-
-
-def cache_dir() -> Path:
-    """Where downloaded releases and compiled code live: ``$MMHARNESS_CACHE``, else XDG's cache."""
-    explicit = os.environ.get("MMHARNESS_CACHE")
-    if explicit:
-        return Path(explicit).expanduser()
-    xdg = os.environ.get("XDG_CACHE_HOME")
-    base = Path(xdg).expanduser() if xdg else Path.home() / ".cache"
-    return base / "mmharness"
 
 
 # Where the files are -----------------------------------------------------------------

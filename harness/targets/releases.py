@@ -25,8 +25,9 @@ import time
 import zipfile
 from pathlib import Path
 
+from mmharness.storage import cache_dir
 from mmharness.targets.base import TargetError
-from mmharness.targets.loader import Layout, Source, cache_dir, locate
+from mmharness.targets.loader import Layout, Source, locate
 from packaging.version import InvalidVersion, Version
 
 COMPLETE = "mmharness-release-2.txt"
