@@ -223,7 +223,7 @@ def _encoder_work(case: Case, served: Any, lookahead: int) -> None:
                 raise Hazard(
                     f"step {t} evicted the cache entry of item {i} of request {k}, which still held it"
                     f" (since step {since})",
-                    expected="only entries no request in the batch holds are evicted (vLLM's policy)",
+                    expected="only entries no request in the batch holds are evicted (its cache's policy)",
                     actual=f"evicted hashes per step {[getattr(s, 'evicted', []) for s in served.log]};"
                     f" each step's requests at {[s.live for s in served.log]}",
                     signature="evicted a cache entry a live request still held",
