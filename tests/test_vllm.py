@@ -164,14 +164,20 @@ def test_a_step_after_a_rejection_that_advances_nothing_is_no_progress_not_a_han
 
 
 def test_a_rejected_request_leaves_the_batch_and_the_others_finish():
+    """Rejected with nothing scheduled: a plain refusal (a ``ValueError``, the clear refusal the checks
+    accept), with no tokens of it run."""
+
     def answer(scheduler, request, new_tokens):
         if request.request_id.endswith("-0"):
             scheduler.encoder_cache_mismatch_reqs.add(request.request_id)
             return 0
         return min(new_tokens, 3)
 
-    with pytest.raises(ValueError, match="vLLM rejected request 0"):  # the clear refusal the checks accept
+    with pytest.raises(driver.Rejected, match="vLLM rejected request 0") as raised:
         drive(answer)
+    assert isinstance(raised.value, ValueError)
+    assert raised.value.scheduled == []
+    assert raised.value.log[0].rejected == [0]
 
 
 def test_a_request_scheduled_in_the_step_that_rejects_it_stops_the_call_there():
@@ -186,19 +192,6 @@ def test_a_request_scheduled_in_the_step_that_rejects_it_stops_the_call_there():
         drive(answer)
     assert raised.value.scheduled == [(0, 0, 2)]  # (step, request, tokens)
     assert len(raised.value.log) == 1  # no step after it: the call stopped before its encode and gather
-    assert raised.value.log[0].rejected == [0]
-
-
-def test_a_request_rejected_with_nothing_scheduled_is_a_plain_refusal():
-    def answer(scheduler, request, new_tokens):
-        if request.request_id.endswith("-0"):
-            scheduler.encoder_cache_mismatch_reqs.add(request.request_id)
-            return 0
-        return min(new_tokens, 3)
-
-    with pytest.raises(driver.Rejected) as raised:
-        drive(answer)
-    assert raised.value.scheduled == []
     assert raised.value.log[0].rejected == [0]
 
 
