@@ -62,8 +62,14 @@ def replay_command(
 ) -> str:
     """The command replaying a saved case (with ``deadline``: the one a case that did not finish had;
     with ``against``: on both targets, as ``check --against`` ran it)."""
+    from mmharness.targets import settings
+    from mmharness.targets.specs import ENGINE_VARIABLE
+
     command = f"mmharness replay {shlex.quote(path)} --target {shlex.quote(target_spec)}"
     command += f" --against {shlex.quote(against)}" if against else ""
+    engine = os.environ.get(ENGINE_VARIABLE, "").strip()  # --engine: the spec alone may not say which
+    command += f" --engine {shlex.quote(engine)}" if engine else ""
+    command += "".join(f" {shlex.quote(word)}" for word in settings.env_options())  # --env, as run
     return command + (f" --deadline {deadline:g}" if deadline else "")
 
 

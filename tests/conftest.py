@@ -26,6 +26,19 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(skip)
 
 
+@pytest.fixture(autouse=True)
+def _environment_restored():
+    """A command run in-process (``main([...])``) sets ``--engine`` and ``--env`` in ``os.environ`` for
+    the rest of its process, as a real run wants; here the next test must not inherit them."""
+    from mmharness.targets import settings as engine_settings
+
+    saved = dict(os.environ)
+    yield
+    os.environ.clear()
+    os.environ.update(saved)
+    engine_settings.apply([])
+
+
 @pytest.fixture(scope="session")
 def harness_cache(request, tmp_path_factory) -> Path:
     """Releases go to ``$MMHARNESS_CACHE``, else pytest's cache dir (shared by workers, kept between runs)."""

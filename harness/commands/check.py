@@ -13,8 +13,11 @@ from mmharness.commands.options import (
     EXIT_CODES,
     NOTHING_RAN,
     UsageError,
+    apply_env,
     check_max_examples,
     distinct,
+    engine_option,
+    env_option,
     exit_code,
     findings_option,
     loaded_target,
@@ -41,6 +44,8 @@ def add_parser(sub) -> None:
         " engine's package or one rules file), or module:attr (your adapter); `mmharness targets` lists"
         " every form; default: reference",
     )
+    engine_option(check)
+    env_option(check)
     check.add_argument(
         "--against",
         metavar="SPEC",
@@ -117,6 +122,7 @@ def run(args: argparse.Namespace) -> int:
     from mmharness.session import Session
     from mmharness.workers import ordered
 
+    apply_env(args)
     target = resolve_target(args.target)
     other = against_target(args.against)
     checks = selected_checks(args.checks)

@@ -16,6 +16,7 @@ from mmharness.commands.options import (
     PASSED_EXIT,
     USAGE_ERROR,
     UsageError,
+    engine_option,
     findings_option,
     writable,
 )
@@ -27,8 +28,8 @@ def add_parser(sub) -> None:
         "fuzz",
         help="fuzz a parser, or a check on a target (check:ID), with atheris (libFuzzer arguments after --)",
         usage=(
-            "mmharness fuzz {PARSER | check:ID | --list} [--target SPEC] [--corpus DIR] [--baseline FILE]"
-            " [--strict] [--findings DIR] [--describe] [-- LIBFUZZER_ARGS...]"
+            "mmharness fuzz {PARSER | check:ID | --list} [--target SPEC] [--engine NAME] [--corpus DIR]"
+            " [--baseline FILE] [--strict] [--findings DIR] [--describe] [-- LIBFUZZER_ARGS...]"
         ),
     )
     fuzz.add_argument(
@@ -49,6 +50,7 @@ def add_parser(sub) -> None:
         help="engine parsers: a release (ENGINE==X) or a path to one (default: the engine's newest tested);"
         " check:ID: any target `mmharness check` takes (default: reference); case-parser ignores it",
     )
+    engine_option(fuzz)
     fuzz.add_argument(
         "--corpus",
         metavar="DIR",

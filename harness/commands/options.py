@@ -90,6 +90,40 @@ def findings_option(given: str | None) -> tuple[str, str]:
     return ("$MMHARNESS_FINDINGS", from_environment) if from_environment else ("--findings", "findings")
 
 
+class _Engine(argparse.Action):
+    """``--engine NAME``: checked against the registered engines, then kept in ``$MMHARNESS_ENGINE``,
+    which worker processes inherit and every resolution of a path spec in the run reads
+    (``specs.chosen_engine``); replay lines repeat it (``report.replay_command``)."""
+
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        value: object,
+        option_string: str | None = None,
+    ) -> None:
+        from mmharness.targets.specs import ENGINE_VARIABLE, engines
+
+        known = [engine.name for engine in engines()]
+        if value not in known:
+            parser.error(
+                f"{option_string} {value!r}: unknown engine; registered engines are {', '.join(known)}"
+            )
+        os.environ[ENGINE_VARIABLE] = value
+        setattr(namespace, self.dest, value)
+
+
+def engine_option(parser: argparse.ArgumentParser) -> None:
+    """``--engine NAME`` on a command that takes ``--target``: which engine a path spec is."""
+    parser.add_argument(
+        "--engine",
+        action=_Engine,
+        metavar="NAME",
+        help="the engine a path spec is (skips detecting it; needed where a directory holds several);"
+        " kept for worker processes and replay lines in $MMHARNESS_ENGINE",
+    )
+
+
 def resolve_target(spec: str):
     """A ``--target`` spec as a loaded target; one that does not load is a usage error."""
     from mmharness.targets.base import TargetError
@@ -102,14 +136,40 @@ def resolve_target(spec: str):
 
 
 _LOADED: dict = {}
-"""Targets loaded in this (worker) process, by spec."""
+"""Targets loaded in this (worker) process, by spec and ``--env`` values."""
 
 
 def loaded_target(spec: str):
-    """``resolve_target``, once per spec in a process (each worker loads a target once)."""
-    if spec not in _LOADED:
-        _LOADED[spec] = resolve_target(spec)
-    return _LOADED[spec]
+    """``resolve_target``, once per spec and ``--env`` values in a process (a worker loads each once)."""
+    from mmharness.targets.settings import given
+
+    key = (spec, tuple(given().items()))
+    if key not in _LOADED:
+        _LOADED[key] = resolve_target(spec)
+    return _LOADED[key]
+
+
+ENV_HELP = (
+    "set an engine setting (an environment variable its code reads) for this run, before any target loads;"
+    " repeat for more; a setting read and not set is the default its engine's own declarations give"
+    " (`mmharness targets SPEC` lists those read)"
+)
+
+
+def env_option(parser: argparse.ArgumentParser) -> None:
+    """``--env NAME=VALUE`` (repeatable), on the commands that take ``--target``."""
+    parser.add_argument("--env", action="append", default=[], metavar="NAME=VALUE", help=ENV_HELP)
+
+
+def apply_env(args: argparse.Namespace) -> None:
+    """Set the ``--env`` values in this process's environment (workers inherit it); a malformed one is a
+    usage error naming the flag. Called first by each command's ``run``."""
+    from mmharness.targets.settings import apply
+
+    try:
+        apply(getattr(args, "env", None) or [])
+    except ValueError as error:
+        raise UsageError(f"--env: {error}") from None
 
 
 def selected_checks(groups: list[str] | None):

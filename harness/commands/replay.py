@@ -10,6 +10,9 @@ from mmharness.commands.options import (
     DEADLINE_HELP,
     NOTHING_RAN,
     UsageError,
+    apply_env,
+    engine_option,
+    env_option,
     exit_code,
     loaded_target,
     nothing_ran,
@@ -25,6 +28,8 @@ def add_parser(sub) -> None:
     replay = sub.add_parser("replay", help="re-run saved cases")
     replay.add_argument("cases", nargs="+", metavar="CASE.json")
     replay.add_argument("--target", help="target spec (default: the one the case was saved from)")
+    engine_option(replay)
+    env_option(replay)
     replay.add_argument(
         "--against",
         metavar="SPEC",
@@ -40,6 +45,7 @@ def run(args: argparse.Namespace) -> int:
     from mmharness.progress import Progress
     from mmharness.workers import ordered
 
+    apply_env(args)
     checks = all_checks()
     workers = worker_count(args.workers)
     work = [_saved_case(path, args.target, checks) for path in args.cases]  # every file read first

@@ -56,16 +56,29 @@ class LoadedTarget(Target):
             "release": engine.source.release or "unknown",
             "source": engine.source.origin,
             "loaded": "installed package (imported normally)" if engine.installed else "by path",
+            **self.package_field(),
             "files": [str(engine.source.files[n]) for n in engine.source.files if n in engine.modules],
             "digests": self.digests,
             **self.engine_fields(),
             "notes": self.notes(),
             "load_errors": engine.errors,
             "load_ms": round(engine.load_seconds * 1000, 1),
+            "settings": {
+                name: f"{value!r} ({source})" for name, (value, source) in sorted(record.settings.items())
+            },
             "shims": sorted(record.shimmed),
             "stubbed": sorted(record.stubbed),
             "stubs_reached": sorted(set(record.reached)),
         }
+
+    def package_field(self) -> dict[str, str]:
+        """``package``, only for a fork shipped under another top-level name than the engine's: the name
+        its files were found under, and the one they are loaded (and their modules named) as."""
+        source = self.engine.source
+        canonical = next(iter(source.files), "").partition(".")[0]
+        if not source.package or source.package == canonical:
+            return {}
+        return {"package": f"{source.package} (loaded as {canonical})"}
 
     def engine_fields(self) -> dict[str, Any]:
         """The engine's own ``describe()`` fields, ``capability_fields`` where it shows them."""
@@ -86,6 +99,8 @@ class LoadedTarget(Target):
         notes = self.release_notes()
         if self.engine.errors:
             notes.append("files that did not load: " + ", ".join(sorted(self.engine.errors)))
+        if self.engine.record.settings_note:
+            notes.append(self.engine.record.settings_note)
         return notes + self.stand_in_notes()
 
     def release_notes(self) -> list[str]:

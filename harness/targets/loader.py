@@ -14,6 +14,11 @@ functions at call time. A name read from a stub module is a faithful shim when
 the engine package provides one (``Shims.shim_for``), else a recorded ``Stub``
 (``mmharness.targets.stubs``), loud once the load is over.
 
+A fork may ship the engine as another top-level package (``myfork/`` with the same
+layout, importing ``myfork.srt...``): ``Layout.package_dir`` finds a package by its
+files, not its name, and the namespace serves the fork's imports of itself as the
+engine's own names, so an adapter finds its modules as it finds the engine's.
+
 A load may opt in to serving named third-party top-level packages from recorded
 stubs too, when they are not installed (the payload parsers import ``msgspec``,
 ``zmq``, ``PIL``, ``transformers`` at module level and never use them in the
@@ -79,12 +84,48 @@ class Layout:
         """A lone ``.py`` file is known by its name."""
         return {Path(rel).name: name for name, rel in self.files.items()}
 
+    def holds(self, directory: Path) -> bool:
+        """Whether ``directory`` is a copy of the engine package under any name: the marker dir and one of
+        the layout's files (a fork may ship as another top-level package, ``myfork/``)."""
+        try:
+            return (directory / self.marker).is_dir() and any(
+                (directory / rel).is_file() for rel in self.files.values()
+            )
+        except OSError:  # unreadable: not a package the harness can load
+            return False
+
+    def candidates(self, given: Path) -> list[Path]:
+        """The engine package directories at ``given``, by any name: ``given`` itself, else those it (or
+        its ``python/``) holds."""
+        if self.holds(given):
+            return [given]
+        found: list[Path] = []
+        for parent in (given, given / "python"):
+            try:
+                children = sorted(child for child in parent.iterdir() if child.is_dir())
+            except OSError:
+                continue
+            found += [child for child in children if self.holds(child)]
+        return found
+
     def package_dir(self, given: Path) -> Path | None:
-        """The package directory for a path to it, to its parent, or to a checkout's root."""
+        """The package directory for a path to it, to its parent, or to a checkout's root.
+
+        A directory named as the layout's package (with its marker) wins, as it always did; else the one
+        copy under another name (``candidates``). Several such copies are refused, each named: which to
+        load is the user's to say, by pointing at it.
+        """
         for candidate in (given / self.package, given / "python" / self.package, given):
             if candidate.name == self.package and (candidate / self.marker).is_dir():
                 return candidate
-        return None
+        found = self.candidates(given)
+        if len(found) > 1:
+            names = ", ".join(str(path) for path in found)
+            raise TargetError(
+                f"{given} holds {len(found)} copies of the {self.package} package under other names"
+                f" ({names}); point at the one to load"
+            )
+        return found[0] if found else None
 
 
 @dataclass(frozen=True)
@@ -96,6 +137,13 @@ class Source:
     release: str | None = None
     package_dir: Path | None = None
     """The engine package directory, when the user pointed at one (not at a lone file)."""
+    package: str | None = None
+    """The top-level name the package directory goes by (``package_dir.name``); when it is not the
+    layout's (a fork shipped as ``myfork``), the load serves the fork's imports of itself as the layout's."""
+
+    def alias(self, layout: Layout) -> str | None:
+        """The fork's own top-level name, when it is not the layout's package name; else ``None``."""
+        return self.package if self.package and self.package != layout.package else None
 
 
 def locate(path: str | os.PathLike[str], layout: Layout, *, release: str | None = None) -> Source:
@@ -110,7 +158,9 @@ def locate(path: str | os.PathLike[str], layout: Layout, *, release: str | None 
                 f"{given} is not one of {package}'s {layout.kind} files; give {names},"
                 f" or a directory holding {package}/"
             )
-        return Source({name: given.resolve()}, str(given), release)
+        return Source(
+            {name: given.resolve()}, str(given), release, package=_package_above(given, layout, name)
+        )
     if not given.is_dir():
         raise TargetError(f"{given} does not exist; give a directory holding {package}/ or one of {names}")
     package_dir = layout.package_dir(given)
@@ -123,9 +173,21 @@ def locate(path: str | os.PathLike[str], layout: Layout, *, release: str | None 
         wanted = " or ".join(f"{package}/{rel}" for rel in layout.files.values())
         raise TargetError(
             f"{given} holds no {package} {layout.kind} (no {wanted}); point at a directory holding"
-            f" {package}/ (an unpacked wheel, site-packages, a checkout's python/) or at one of {names}"
+            f" {package}/ (an unpacked wheel, site-packages, a checkout's python/; or a copy of it under"
+            f" another name) or at one of {names}"
         )
-    return Source(files, str(given), release or release_of(package_dir, package), package_dir)
+    found_as = package_dir.name if package_dir is not None else package
+    return Source(files, str(given), release or release_of(package_dir, found_as), package_dir, found_as)
+
+
+def _package_above(file: Path, layout: Layout, name: str) -> str | None:
+    """The package a lone file lies in, when it lies where the layout puts it (``myfork/srt/.../x.py``):
+    a renamed fork's file imports its package by that name."""
+    rel = Path(layout.files[name])
+    resolved = file.resolve()
+    if resolved.parts[-len(rel.parts) :] != rel.parts or len(resolved.parts) <= len(rel.parts):
+        return None
+    return resolved.parents[len(rel.parts) - 1].name
 
 
 _QUOTED = re.compile(r"""["']([^"']+)["']""")
@@ -224,6 +286,9 @@ class Namespace:
     transform: CodeTransform | None = None
     loud: bool = True
     """Whether stubs raise when used after the load (see ``mmharness.targets.stubs``)."""
+    aliases: frozenset[str] = frozenset()
+    """Other top-level names served as ``package``: a renamed fork's own (``myfork.srt.x`` is the engine
+    module ``sglang.srt.x``), so adapters find its modules by the engine's names."""
 
     def __post_init__(self) -> None:
         self.builtins = dict(vars(builtins))
@@ -275,6 +340,8 @@ class Namespace:
         top = name.partition(".")[0]
         if level:
             name = _resolve_relative(name, (globals or {}).get("__package__") or "", level)
+        elif top in self.aliases:
+            name = self.package + name[len(top) :]
         elif top not in (self.package, *self.stub_packages):
             if not (self.stub_missing and not _importable(top)):
                 return _REAL_IMPORT(name, globals, locals, fromlist, level)
@@ -388,6 +455,7 @@ def load(
         stub_missing=stub_missing,
         transform=transform,
         loud=loud,
+        aliases=frozenset(filter(None, [source.alias(layout)])),
     )
     errors: dict[str, str] = {}
     order = list(layout.files)

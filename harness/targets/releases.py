@@ -14,6 +14,7 @@ wrong and what to do.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import re
@@ -36,7 +37,11 @@ COMPLETE = "mmharness-release-2.txt"
 unpacked releases lack it and are fetched again.) Its first line names the
 wheel; each further line is ``SHA256 MEMBER`` of a kept file, so a cached file
 damaged or edited since is refused (``_verify``) rather than loaded: half a
-rules file still parses and would read as a release lacking its functions."""
+rules file still parses and would read as a release lacking its functions. A line
+``members=HASH`` records the member list asked for (``members_hash``): a release
+unpacked for another list (an older harness's, lacking a file the engine now reads)
+is fetched again once, and kept as it is where the index cannot be reached."""
+MEMBERS_LINE = "members="
 
 FALLBACK_HOSTS = (
     ("manylinux_2_34_x86_64", "3.12"),
@@ -83,22 +88,53 @@ def fetch(package: str, version: str, members: tuple[str, ...], *, example: str)
     if not _VERSION_SPEC.match(version):
         raise TargetError(f"{package}=={version}: not a release version; write e.g. {package}=={example}")
     target = release_dir(package, version)
+    requirement = f"{package}=={version}"
     if (target / COMPLETE).is_file():
-        _verify(target, f"{package}=={version}")
-        return target
+        if unpacked_for(target) == members_hash(members):
+            _verify(target, requirement)
+            return target
+        try:  # unpacked for another member list: fetched again once
+            return _fetch(package, version, members, target, replace=True)
+        except TargetError:  # no index at hand: the copy there still loads, lacking what it lacks
+            _verify(target, requirement)
+            return target
+    return _fetch(package, version, members, target)
+
+
+def _fetch(
+    package: str, version: str, members: tuple[str, ...], target: Path, *, replace: bool = False
+) -> Path:
+    """Download and unpack into ``target``; ``replace``: over a complete copy unpacked for other members."""
     target.parent.mkdir(parents=True, exist_ok=True)
     _remove_abandoned(target)
     with tempfile.TemporaryDirectory(dir=target.parent, prefix=f".{target.name}.") as scratch:
         wheel = _download(package, version, Path(scratch) / "wheel")
         unpacked = Path(scratch) / "unpacked"
         _unpack(wheel, unpacked, package, version, members)
+        if replace:  # the old copy moves into the scratch directory, removed with it
+            with contextlib.suppress(OSError):  # a concurrent worker moved it first
+                os.rename(target, Path(scratch) / "replaced")
         try:
             os.rename(unpacked, target)
         except OSError:
-            if not (target / COMPLETE).is_file():  # not a concurrent worker's finished copy
+            if unpacked_for(target) != members_hash(members):  # not a concurrent worker's finished copy
                 shutil.rmtree(target, ignore_errors=True)
                 os.rename(unpacked, target)
     return target
+
+
+def members_hash(members: tuple[str, ...]) -> str:
+    """What a marker records of the member list a release was unpacked for (order does not matter)."""
+    return hashlib.sha256("\n".join(sorted(set(members))).encode()).hexdigest()[:16]
+
+
+def unpacked_for(target: Path) -> str | None:
+    """The member list's hash in a release's marker; ``None`` for a marker that predates it, or none."""
+    try:
+        lines = (target / COMPLETE).read_text(errors="replace").splitlines()
+    except OSError:
+        return None
+    return next((line.removeprefix(MEMBERS_LINE) for line in lines if line.startswith(MEMBERS_LINE)), None)
 
 
 def source(layout: Layout, version: str, members: tuple[str, ...], *, example: str, absent: str) -> Source:
@@ -243,12 +279,14 @@ def _unpack(wheel: Path, into: Path, package: str, version: str, members: tuple[
             data = archive.read(member)
             destination.write_bytes(data)
             digests.append(f"{hashlib.sha256(data).hexdigest()} {member}\n")
-    (into / COMPLETE).write_text(f"{wheel.name}\n" + "".join(digests))
+    (into / COMPLETE).write_text(f"{wheel.name}\n{MEMBERS_LINE}{members_hash(members)}\n" + "".join(digests))
 
 
 def _verify(target: Path, requirement: str) -> None:
     """Refuse a cached release whose files differ from what was unpacked (older markers hold no digests)."""
     for line in (target / COMPLETE).read_text(errors="replace").splitlines()[1:]:
+        if line.startswith(MEMBERS_LINE):
+            continue
         digest, _, member = line.partition(" ")
         path = target / member
         try:

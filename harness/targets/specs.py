@@ -11,6 +11,9 @@ whole targets through the ``mmharness.targets`` entry-point group:
 - any other object is a target class or factory, and the entry point's name is
   its spec (``my-engine`` -> ``MyTarget()``).
 
+A path spec is detected: each engine's path form claims it or not, and one claimed by two engines is
+refused; ``$MMHARNESS_ENGINE`` (``--engine``) says which engine it is instead, in every process of the run.
+
 ``module:attr`` names a target class, factory or instance directly. A target
 implements only the capabilities it declares (``mmharness.targets.base.METHODS``);
 a mismatch is refused with the missing methods named.
@@ -23,13 +26,16 @@ import os
 import pkgutil
 import sys
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cache
 
 from mmharness.targets.base import REQUIRED, Target, TargetError, missing_methods, with_defaults
 from mmharness.targets.engine import ENGINE_GROUP, Engine
 
 ENTRY_POINT_GROUP = "mmharness.targets"
+ENGINE_VARIABLE = "MMHARNESS_ENGINE"
+"""Which engine a path spec is (``--engine NAME``): an environment variable, so that worker processes
+and every other resolution of the same spec string in the run read it too."""
 ENGINES_PACKAGE = "mmharness.engines"
 """Where the shipped engine packages live: each that no entry point names is read too (``engines()``)."""
 
@@ -52,6 +58,8 @@ class SpecForm:
     """Whether the form claims file-system paths (asked only of specs written like a path)."""
     files: bool = False
     """Whether, claiming paths, it takes a lone file too (not only a directory)."""
+    engine: str | None = None
+    """The registered engine the form belongs to (set by ``forms()``): what ``--engine`` selects."""
 
 
 def engine_forms(
@@ -123,7 +131,7 @@ def forms() -> tuple[SpecForm, ...]:
     """Every spec form: built in, the shipped engines', then the entry points' (in name order)."""
     found = list(BUILT_IN)
     for engine in engines():
-        found += engine.spec_forms
+        found += [form if form.engine else replace(form, engine=engine.name) for form in engine.spec_forms]
     for entry in _entry_points():
         try:
             obj = entry.load()
@@ -235,6 +243,20 @@ def resolve(spec: str) -> Target:
         raise TargetError(f"{spec}: {_what_happened('loading the target', error)}") from error
 
 
+def chosen_engine() -> str | None:
+    """The engine ``$MMHARNESS_ENGINE`` (``--engine``) names, checked; ``None`` when unset."""
+    name = os.environ.get(ENGINE_VARIABLE, "").strip()
+    if not name:
+        return None
+    known = [engine.name for engine in engines()]
+    if name not in known:
+        raise TargetError(
+            f"unknown engine {name!r} (${ENGINE_VARIABLE}, --engine): registered engines are"
+            f" {', '.join(known) or 'none'}"
+        )
+    return name
+
+
 def _resolve(spec: str) -> Target:
     every = forms()
     for form in every:
@@ -242,9 +264,22 @@ def _resolve(spec: str) -> Target:
             return form.resolve(spec)
     if _is_path(spec):
         path_forms = [form for form in every if form.paths]
-        for form in path_forms:
-            if form.matches(spec):
-                return form.resolve(spec)
+        engine = chosen_engine()
+        if engine is not None:
+            # Said, not detected: the engine's path form loads it, and its own error says what it lacks.
+            chosen = [form for form in path_forms if form.engine == engine]
+            if not chosen:
+                raise TargetError(f"engine {engine!r} (--engine) takes no path specs; {spec} is one")
+            return chosen[0].resolve(spec)
+        claimed = [form for form in path_forms if form.matches(spec)]
+        claiming = list(dict.fromkeys(form.engine for form in claimed if form.engine))
+        if len(claiming) > 1:  # detecting one would be a guess: the first engine by name
+            raise TargetError(
+                f"{spec} holds the files of several engines ({', '.join(claiming)}); say which with"
+                f" --engine NAME (or ${ENGINE_VARIABLE}), or point at the engine's package directory"
+            )
+        if claimed:
+            return claimed[0].resolve(spec)
         if not os.path.exists(os.path.expanduser(spec)):
             raise TargetError(
                 f"{spec} does not exist; give a directory holding an engine package or a rules file"

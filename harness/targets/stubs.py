@@ -46,6 +46,11 @@ class Record:
     """Set when the load is over: from then on a stub used is a harness gap."""
     reached: list[str] = field(default_factory=list)
     """Names used at call time, in order (a gap even where engine code caught the error)."""
+    settings: dict[str, tuple[Any, str]] = field(default_factory=dict)
+    """Engine settings the loaded code read: name -> (value, where it came from); see
+    ``mmharness.targets.settings``."""
+    settings_note: str | None = None
+    """Why the engine's settings declarations are not at hand, when they are not (a note of the target)."""
 
     def reach(self, name: str) -> StubReached:
         self.reached.append(name)

@@ -19,7 +19,8 @@ FUZZ_TARGETS = {
 
 
 def _claims(spec: str) -> bool:
-    """A path to an SGLang package (or a checkout holding one), or one of its rules files."""
+    """A path to an SGLang package under any name (a fork's ``myfork/`` too), or a checkout holding one,
+    or one of its rules files; several renamed copies are refused (``Layout.package_dir``)."""
     from mmharness.engines.sglang.layout import RULES
 
     given = Path(spec).expanduser()
@@ -33,7 +34,8 @@ SPEC_FORMS = engine_forms(
     "SGLang",
     "mmharness.engines.sglang.adapter",
     example="0.5.23",
-    path="a dir holding sglang/ (wheel, site-packages, fork's python/), or a rules file",
+    path="a dir holding sglang/ (wheel, site-packages, fork's python/; or its copy under another name),"
+    " or a rules file",
     claims=_claims,
     files=True,
 )

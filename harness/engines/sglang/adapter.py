@@ -8,7 +8,10 @@ the rules, which form each function takes (``mmharness.engines.sglang.forms``:
 path flags it reads (each one a path: ``per_request_hip``, ``per_request_npu``,
 ...), the splitter and Kimi-K3. What a release lacks is absent
 from ``capabilities`` and explained in ``missing``, which the runner's skip
-reasons quote; a function of an unknown form is never called.
+reasons quote. Every function is called by parameter name from what the harness
+can supply (``forms.SUPPLIED``; ``SGLangTarget._call``): a fork's form outside
+the table of release forms is called too, and noted; one with a parameter the
+harness cannot name is never called, and noted with that parameter.
 
 A ``Case`` becomes the engine's own arguments, as the engine's caller
 (``embed_mm_inputs``) makes them: one call per modality, one engine item per
@@ -39,7 +42,7 @@ from mmharness import item_data, tensors
 from mmharness.engines.sglang import forms, items, layout, shims
 from mmharness.engines.sglang.forms import Found
 from mmharness.model import Case, Item, Request, interleaves, is_well_formed, listed_windows, pruned
-from mmharness.targets import base, loader
+from mmharness.targets import base, distributed, loader
 from mmharness.targets.base import UNLIMITED_CACHE, Encoder, FeatureItem, HarnessGap, PathName, TargetError
 from mmharness.targets.loaded import Factory, LoadedTarget
 
@@ -80,9 +83,9 @@ class Functions:
         return self.path_switches[0] if self.path_switches else None
 
     def callable(self, name: str) -> Found | None:
-        """The function if the release has it in a known form."""
+        """The function if the release has it in a form whose every required parameter the harness names."""
         found = self.found.get(name)
-        return found if found is not None and found.form is not None else None
+        return found if found is not None and found.callable else None
 
     def why_not(self, name: str, since: str, where: str) -> str:
         found = self.found.get(name)
@@ -103,15 +106,20 @@ def detect(engine: loader.Engine) -> Functions:
     functions = Functions()
     rules = rules_module(engine)
     where = "the rules module" if rules is None else rules.__dict__.get("__mm_engine_name__", rules.__name__)
-    for name in forms.FORMS:
+    # The cache inits and the chunk function first: whether the harness can hand a function the
+    # release's embedding cache or its get_embedding_chunk depends on whether the release has them.
+    first = (*CACHE_INITS, "get_embedding_chunk")
+    for name in (*first, *(n for n in forms.FORMS if n not in first)):
         owner: Any = rules
         if name in ("get_new_expanded_mm_items", "embed_mm_inputs"):
             owner = engine.module(layout.SPLITTER_MODULE)
         elif name == KIMI_FEATURE:
             owner = getattr(engine.module(layout.KIMI_MODULE), name.split(".")[0], None)
-        found = forms.find(name, getattr(owner, name.rsplit(".", 1)[-1], None))
+        supplied = forms.SUPPLIED[name] - _unavailable(functions)
+        found = forms.find(name, getattr(owner, name.rsplit(".", 1)[-1], None), supplied)
         if found is not None:
             functions.found[name] = found
+    functions.found = {name: functions.found[name] for name in forms.FORMS if name in functions.found}
     functions.cache_init = next((functions.callable(n) for n in CACHE_INITS if functions.callable(n)), None)
     prefill = functions.callable("_get_chunked_prefill_embedding")
     if prefill is not None and rules is not None:
@@ -125,9 +133,21 @@ def detect(engine: loader.Engine) -> Functions:
     if functions.callable(KIMI_FEATURE) and "materialize_multimodal_features" not in vars(kimi):
         functions.notes.append("kimi_k3.py has no materialize_multimodal_features to replace")
     for found in functions.found.values():
-        if found.form is not None and found.form.note:
+        if found.note:
+            functions.notes.append(found.note)
+        elif found.form is not None and found.form.note:
             functions.notes.append(f"{found.name}: {found.form.note}")
     return functions
+
+
+def _unavailable(functions: Functions) -> set[str]:
+    """Names of the vocabulary this load cannot supply: its own cache or chunk function, where it has none."""
+    missing = set()
+    if not any(functions.callable(n) for n in CACHE_INITS):
+        missing.add("embedding_cache")
+    if functions.callable("get_embedding_chunk") is None:
+        missing.add("get_embedding_chunk")
+    return missing
 
 
 _NEEDS: dict[str, tuple[str, str]] = {
@@ -169,7 +189,7 @@ def _explain_missing(functions: Functions, where: str) -> None:
             functions.missing[capability] = functions.why_not(name, since, where)
     needs_cache = [base.PREFILL]
     embed = functions.callable("get_embedding_and_mask")
-    if embed is not None and "items_offset_list" in embed.form.params:
+    if embed is not None and "items_offset_list" in embed.parameters:
         needs_cache.append(base.EMBED_AND_MASK)
     if functions.cache_init is None:
         for capability in needs_cache:
@@ -205,6 +225,15 @@ class _Batch:
     """``id`` of an engine item -> its request's index in the case."""
     calls: list[set[int]] = field(default_factory=list)
     """The requests whose items each encoder call held, in call order."""
+    case: Case | None = None
+    """The case it came from (the lazily built ``input_ids``, placeholder ids and device)."""
+
+
+class _Lazy:
+    """A value of the vocabulary built only if the function called names it (``SGLangTarget._call``)."""
+
+    def __init__(self, make: Callable[[], Any]) -> None:
+        self.make = make
 
 
 class _Switch(int):
@@ -246,6 +275,11 @@ class SGLangTarget(LoadedTarget):
         self._switches = {switch_path(flag): flag for flag in self.functions.path_switches}
         self._switch: _Switch | None = None
         self._evs_type = _evs_type(engine, self._rules)
+        self._collectives = getattr(engine.shims, "collectives", None)
+        if self._collectives is not None and not engine.installed:
+            # torch.distributed as a process group of one, in the loaded modules' torch and their
+            # call-time imports. (A loader hook serving third-party names would do it at load time.)
+            distributed.serve(engine.modules.values(), self._collectives)
         if not self.capabilities:
             raise TargetError(_why_nothing(engine, self.functions))
 
@@ -275,7 +309,10 @@ class SGLangTarget(LoadedTarget):
         }
 
     def release_notes(self) -> list[str]:
-        return list(self.functions.notes)
+        """The forms' notes (an unknown form, called or not, with each parameter not supplied), then what
+        the engine asked of its process group of one (collectives reached, multi-rank paths untested)."""
+        reached = [] if self._collectives is None else self._collectives.notes()
+        return [*self.functions.notes, *reached]
 
     def stand_in_notes(self) -> list[str]:
         notes = []
@@ -289,6 +326,10 @@ class SGLangTarget(LoadedTarget):
                 "no mem_cache/multimodal_cache.py loaded: the cache checks exercise the harness's"
                 " stand-in cache, not this engine's"
             )
+        ruled = getattr(self.engine.shims, "ruled", {})
+        if ruled:
+            served = ", ".join(f"{name} ({rule})" for name, rule in sorted(ruled.items()))
+            notes.append(f"served by a rule, not by the engine's code: {served}")
         if not self.engine.installed and getattr(self._item_type, "_mm_schema", None) is None:
             notes.append(
                 f"no {layout.ITEM_FILE} at hand: the item type has only the common fields; an"
@@ -318,8 +359,32 @@ class SGLangTarget(LoadedTarget):
     # calling the engine ---------------------------------------------------------------------
 
     def _call(self, name: str, values: dict[str, Any], **kwargs: Any) -> Any:
+        """Call a rule function by its parameter names: from ``values``, then from what every call can
+        be handed (the logger, the device of the call's tensors, the cache in use, the release's own
+        ``get_embedding_chunk``); a value is built only if the function names it (``_Lazy``)."""
+        found = self.functions.found[name]
+        given = {**self._shared(values), **values}
+        wanted = set(found.parameters)
+        resolved = {k: v.make() if isinstance(v, _Lazy) else v for k, v in given.items() if k in wanted}
         with self.watched():
-            return self.functions.found[name].call(values, **kwargs)
+            return found.call(resolved, **kwargs)
+
+    def _shared(self, values: dict[str, Any]) -> dict[str, Any]:
+        """What the harness hands any rule function that names it (``forms.VOCABULARY``)."""
+        shared: dict[str, Any] = {"logger": self._logger, "device": _Lazy(lambda: _device_of(values))}
+        rules = self._rules
+        if rules is not None and self.functions.cache_init is not None:
+            shared["embedding_cache"] = _Lazy(self._cache_in_use)
+        if rules is not None and self.functions.callable("get_embedding_chunk") is not None:
+            # The module's own, read at call time: what its other functions call by that name.
+            shared["get_embedding_chunk"] = _Lazy(lambda: rules.__dict__["get_embedding_chunk"])
+        return shared
+
+    def _cache_in_use(self) -> Any:
+        """The cache the call uses: the one installed as the module's ``embedding_cache`` for it
+        (``_installed``), else a fresh one, as a call outside a prefill gets."""
+        cache = self._rules.__dict__.get("embedding_cache")
+        return self.new_cache(UNLIMITED_CACHE) if cache is None else cache
 
     # building the engine's arguments ----------------------------------------------
 
@@ -389,6 +454,7 @@ class SGLangTarget(LoadedTarget):
             extend_length=[r.extend_len for r in case.requests][: case.extend_listed],
             items_offset_list=[[tuple(span) for item in c for span in item.spans] for c in chosen],
             requests=requests,
+            case=case,
         )
 
     def _modalities(self, case: Case) -> list[str]:
@@ -399,7 +465,10 @@ class SGLangTarget(LoadedTarget):
         return [m for m in order if m in present] + sorted(present - set(order))
 
     def _values(self, batch: _Batch, **more: Any) -> dict[str, Any]:
-        """Every argument the rule functions take, by the names of their forms."""
+        """Every argument a batch-level rule function may take, by name (``forms.SUPPLIED``); ``more``
+        (the encoder, the call's own ids) replaces the defaults built from the batch's case."""
+        case = batch.case
+        assert case is not None
         return {
             "items": batch.items,
             "embedding_items": batch.items,
@@ -408,6 +477,9 @@ class SGLangTarget(LoadedTarget):
             "extend_length": batch.extend_length,
             "items_offset_list": batch.items_offset_list,
             "logger": self._logger,
+            "input_ids": _Lazy(lambda: tensors.input_ids(case)[0]),
+            "placeholder_tensor": _Lazy(lambda: _placeholders(batch)),
+            "device": _Lazy(lambda: _device_of({**more, "case": case})),
             **more,
         }
 
@@ -780,6 +852,27 @@ class SGLangTarget(LoadedTarget):
         )
 
 
+def _device_of(values: dict[str, Any]) -> Any:
+    """The device of a call's tensors: its ``input_ids``' or ``embedding``'s, else its case's."""
+    import torch
+
+    for name in ("input_ids", "embedding", "placeholder_tensor"):
+        value = values.get(name)
+        if isinstance(value, torch.Tensor):
+            return value.device
+    case = values.get("case")
+    return torch.device(case.device if isinstance(case, Case) else "cpu")
+
+
+def _placeholders(batch: _Batch) -> Any:
+    """The sorted placeholder ids of a batch's items, as ``embed_mm_inputs`` hands one modality's call."""
+    import torch
+
+    assert batch.case is not None
+    ids = sorted({item.pad_value for item in batch.items})
+    return torch.tensor(ids, dtype=torch.int64, device=batch.case.device)
+
+
 def _in_position_order(case: Case, parts: list[tuple[str, Any]]) -> Any:
     """One modality's rows per call, merged as the engine's caller scatters them: by request, then position.
 
@@ -933,11 +1026,15 @@ def _kimi_stand_in(case: Case) -> SimpleNamespace:
 
 
 def shims_for(source: loader.Source) -> Callable[[Any], shims.SGLangShims]:
-    """The shims of a load, with the item fields of the release's own ``schedule_batch.py`` if at hand."""
+    """The shims of a load, with the item fields of the release's own ``schedule_batch.py`` and the
+    settings its ``srt/environ.py`` declares, where at hand."""
+    from mmharness.engines.sglang import settings
+
     schema = None
     if source.package_dir is not None:
         schema = items.read_schema(source.package_dir / layout.ITEM_FILE)
-    return lambda record: shims.SGLangShims(record, schema)
+    declared = settings.declarations(source)
+    return lambda record: shims.SGLangShims(record, schema, declared)
 
 
 def _installed_shims() -> SimpleNamespace:

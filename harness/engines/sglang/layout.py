@@ -48,8 +48,12 @@ PARSERS = Layout(
 )
 """The payload parsers the fuzzers load."""
 
+SETTINGS_FILE = "srt/environ.py"
+"""Read (never run) for the settings the release declares (``mmharness.engines.sglang.settings``)."""
+
 RELEASE_MEMBERS = (
-    *(f"{PACKAGE}/{rel}" for rel in (*RULES.files.values(), *PARSERS.files.values(), ITEM_FILE)),
+    *(f"{PACKAGE}/{rel}" for rel in (*RULES.files.values(), *PARSERS.files.values())),
+    *(f"{PACKAGE}/{rel}" for rel in (ITEM_FILE, SETTINGS_FILE)),
     f"{PACKAGE}/_version.py",
     f"{PACKAGE}/version.py",
 )

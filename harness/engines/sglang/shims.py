@@ -14,14 +14,20 @@ torch is imported only inside functions: importing this module must stay cheap.
 from __future__ import annotations
 
 import enum
+import fnmatch
 import logging
+import re
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from mmharness.engines.sglang import distributed
 from mmharness.engines.sglang.items import ItemSchema
+from mmharness.engines.sglang.settings import Settings
 from mmharness.targets.base import HarnessGap
+from mmharness.targets.distributed import Collectives, GroupOfOne
+from mmharness.targets.settings import Declarations
 from mmharness.targets.stubs import Record, Stub
 
 ENGINE_LOGGER = "mmharness.engine"
@@ -139,6 +145,10 @@ class MultimodalDataItem:
         schema = self._mm_schema
         if schema is not None and name not in schema.methods:
             raise AttributeError(f"'MultimodalDataItem' object has no attribute '{name}'")
+        if MOVES.matches(name):  # a transport method the release's item has: in place, a no-op here
+            if self._mm_record is not None:
+                self._mm_record.shimmed.add(f"MultimodalDataItem.{name} (rule: {MOVES.name})")
+            return _nothing
         if self._mm_record is not None:
             self._mm_record.item_misses.add(name)
         where = "its item type has it" if schema is not None else "its item type is not at hand"
@@ -191,9 +201,6 @@ class MultimodalDataItem:
         return False
 
     def acknowledge_deferred_cuda_ipc_feature(self, *args: Any, **kwargs: Any) -> None:
-        return None
-
-    def materialize_deferred_cuda_ipc_feature(self, *args: Any, **kwargs: Any) -> None:
         return None
 
     def release_transport_proxies(self, *args: Any, **kwargs: Any) -> None:
@@ -442,16 +449,65 @@ def _cuda_available(*args: Any, **kwargs: Any) -> bool:
     return torch.cuda.is_available()
 
 
-def _one(*args: Any, **kwargs: Any) -> int:
-    return 1
+# Rules: names served by what they are, whichever release or fork uses them ---------------------
 
 
-def sum_grid_patches(grid: Any) -> int:
-    """Patch rows of a vision grid: the sum over its ``(t, h, w)`` rows of ``t * h * w``."""
-    import torch
+@dataclass(frozen=True)
+class Rule:
+    """A kind of helper served by one faithful stand-in, recognised by its name's patterns.
 
-    rows = torch.as_tensor(grid).reshape(-1, 3)
-    return int(rows.prod(dim=-1).sum())
+    Only a function's name (lower snake case) read from a module the harness
+    does not load is matched (the loader asks shims only for those): a helper
+    defined in a loaded file runs from that file. A query (``get_``, ``is_``,
+    ``has_``, ``can_``, ``should_``) is never matched: what it returns matters.
+    """
+
+    name: str
+    patterns: tuple[str, ...]
+    shim: Callable[..., Any]
+    why: str
+
+    def matches(self, name: str) -> bool:
+        if not _SNAKE.match(name) or name.startswith(_QUERIES):
+            return False
+        return any(fnmatch.fnmatchcase(name, pattern) for pattern in self.patterns)
+
+
+_SNAKE = re.compile(r"^_*[a-z][a-z0-9_]*$")
+_QUERIES = tuple(f"{p}_" for p in ("get", "is", "has", "can", "should"))
+
+
+def _identity(*args: Any, **kwargs: Any) -> Any:
+    """What a move on one host hands back: what it was handed (its first argument)."""
+    if args:
+        return args[0]
+    return next(iter(kwargs.values()), None)
+
+
+MOVES = Rule(
+    "moves on this host",
+    (
+        "materiali[sz]e_*", "_materiali[sz]e_*", "*_to_device", "move_*", "_move_*",
+        "*transfer*", "*cuda_ipc*", "reconstruct*", "acknowledge_*", "release_transport*",
+    ),
+    _identity,
+    "A helper that only moves a tensor between devices or processes, or materialises a transported"
+    " one, leaves its values as they are. The harness builds every tensor on the case's device in"
+    " this process, never behind a CUDA-IPC handle: the move is the identity on what it is handed.",
+)  # fmt: skip
+LOGGING = Rule(
+    "logging and metrics",
+    ("log_*", "_log_*", "*metrics*", "record_*", "trace_*", "print_*once"),
+    _nothing,
+    "A logging, tracing or metrics call observes and changes nothing the rules compute; it is a no-op.",
+)
+RULES = (MOVES, LOGGING)
+"""The rules, in the order they are tried."""
+
+
+def rule_for(name: str) -> Rule | None:
+    """The rule serving a name read from a stub module, or ``None``."""
+    return next((rule for rule in RULES if rule.matches(name)), None)
 
 
 CONTEXT_GETTERS = (
@@ -472,16 +528,11 @@ _FIXED: dict[str, Any] = {
     "maybe_assert_sum": maybe_assert_sum,
     "flatten_nested_list": flatten_nested_list,
     "materialize_multimodal_features": materialize_multimodal_features,
-    "sum_grid_patches": sum_grid_patches,
     "is_hip": _false,
     "is_npu": _false,
     "is_xpu": _false,
     "is_cuda": _cuda_available,
-    "get_bool_env_var": _false,
     "print_warning_once": _nothing,
-    "configured_tp_size": _one,
-    "get_tensor_model_parallel_world_size": _one,
-    "get_attention_tp_size": _one,
     "MultiModalStaticCache": StaticCacheShim,
     "MultiModalCache": StaticCacheShim,
     "EmbeddingResult": EmbeddingResult,
@@ -492,14 +543,25 @@ _FIXED: dict[str, Any] = {
 class SGLangShims:
     """The shims of one load: the fixed table, that load's item type and runtime context."""
 
-    def __init__(self, record: Record, schema: ItemSchema | None) -> None:
+    def __init__(
+        self, record: Record, schema: ItemSchema | None, declared: Declarations | None = None
+    ) -> None:
+        self.settings = Settings(declared or Declarations(absent="none handed to the load"), record)
         self.record = record
         self.item_type = item_type(record, schema)
         self.modality = Modality
         self._made: dict[str, Any] = {}
+        self.collectives = Collectives()
+        """What engine code asked of its process group of one (``mmharness.targets.distributed``)."""
+        self._groups: dict[str, GroupOfOne] = {}
+        self.ruled: dict[str, str] = {}
+        """Name -> the rule that served it (``RULES``)."""
 
     def shim_for(self, name: str) -> Any:
         """The faithful shim serving ``name`` from a stub module, or ``None`` for a plain ``Stub``."""
+        setting = self.settings.shim_for(name)  # envs and the get_*_env_var helpers
+        if setting is not None:
+            return setting
         if name in _FIXED:
             return _FIXED[name]
         if name == "MultimodalDataItem":
@@ -514,4 +576,11 @@ class SGLangShims:
                     else _context_getter(name, self.record)
                 )
             return self._made[name]
+        one_rank = distributed.shim(name, self.collectives, self._groups)  # a process group of one
+        if one_rank is not None:
+            return one_rank
+        rule = rule_for(name)
+        if rule is not None:
+            self.ruled[name] = rule.name
+            return rule.shim
         return None

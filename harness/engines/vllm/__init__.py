@@ -15,7 +15,8 @@ FUZZ_TARGETS = {"vllm-mm-kwargs": "mmharness.engines.vllm.fuzz"}
 
 
 def _claims(spec: str) -> bool:
-    """A path to a vLLM package, or a directory holding one (the driver needs several files together)."""
+    """A path to a vLLM package under any name (a fork's ``myvllm/`` too), or a directory holding one (the
+    driver needs several files together); several renamed copies are refused (``Layout.package_dir``)."""
     from mmharness.engines.vllm.layout import RULES
 
     given = Path(spec).expanduser()
@@ -27,7 +28,7 @@ SPEC_FORMS = engine_forms(
     "vLLM",
     "mmharness.engines.vllm.adapter",
     example="0.33.0",
-    path="a dir holding vllm/ (wheel, site-packages, a checkout)",
+    path="a dir holding vllm/ (wheel, site-packages, a checkout; or its copy under another name)",
     claims=_claims,
 )
 

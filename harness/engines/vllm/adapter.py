@@ -357,7 +357,7 @@ FACTORY = Factory(
     layout.RELEASE_MEMBERS,
     example="0.33.0",
     absent="has no V1 engine files (vllm/v1/); pick a release from 0.8 on",
-    shims=lambda source: shims.VLLMShims,
+    shims=shims.for_source,
 )
 """vLLM's targets: its scheduling files loaded by path (everything else of vLLM, and missing
 third-party packages, stubbed), a release downloaded once (only the driver's files kept), or the

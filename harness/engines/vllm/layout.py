@@ -47,8 +47,11 @@ RULES = Layout(
     kind="multimodal scheduling code",
 )
 
+SETTINGS_FILE = "envs.py"
+"""Read (never run) for the settings the release declares (``mmharness.engines.vllm.settings``)."""
+
 RELEASE_MEMBERS = (
-    *(f"{PACKAGE}/{rel}" for rel in RULES.files.values()),
+    *(f"{PACKAGE}/{rel}" for rel in (*RULES.files.values(), SETTINGS_FILE)),
     f"{PACKAGE}/_version.py",
     f"{PACKAGE}/version.py",
 )

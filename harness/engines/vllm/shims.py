@@ -8,7 +8,12 @@ from __future__ import annotations
 
 import importlib
 import logging
+from collections.abc import Callable
 from typing import Any
+
+from mmharness.engines.vllm.settings import Settings, declarations
+from mmharness.targets.loader import Source
+from mmharness.targets.settings import Declarations
 
 ENGINE_LOGGER = "mmharness.engine.vllm"
 _quiet = logging.getLogger(ENGINE_LOGGER)
@@ -45,8 +50,18 @@ SHIMS: dict[str, Any] = {
 
 
 class VLLMShims:
-    def __init__(self, record: Any) -> None:
+    """The shims of one load: the settings its ``envs.py`` declares first, then the fixed table."""
+
+    def __init__(self, record: Any, declared: Declarations | None = None) -> None:
         self.record = record
+        self.settings = Settings(declared or Declarations(absent="none handed to the load"), record)
 
     def shim_for(self, name: str) -> Any | None:
-        return SHIMS.get(name)
+        setting = self.settings.shim_for(name)
+        return setting if setting is not None else SHIMS.get(name)
+
+
+def for_source(source: Source) -> Callable[[Any], VLLMShims]:
+    """The shims of a load from ``source``, with the settings its package declares (``envs.py``)."""
+    declared = declarations(source)
+    return lambda record: VLLMShims(record, declared)
