@@ -28,6 +28,13 @@ search said: replay only adds. Could-not-test classes are not replayed (they
 are the harness's gaps, not the engine's); so are findings with no case (the
 check could not finish). A shard cannot replay (it lacks the other shards'
 classes): ``mmharness merge`` does, on the merged matrix.
+
+Against a known-good target (``against``, ``matrix --against SPEC``): every
+column runs each check on both (``Session``'s ``against``, ``mmharness.against``),
+so a cell's findings are changes from it (regression, fix, neutral) and a check
+it cannot run is skipped, naming it. A change exists only relative to that
+target, so the replay runs each class's case on both as well; the JSON names it
+(``"against"``), and ``merge`` replays a merged matrix against it too.
 """
 
 from __future__ import annotations
@@ -152,6 +159,8 @@ class Matrix:
     """Stopped by a signal: only the targets that finished or were in progress are in it."""
     replay: str = NOT_REPLAYED
     """Whether each class's case was replayed on every target (``REPLAY_DONE``): ranges are exact."""
+    against: str | None = None
+    """The spec every case also ran on (``--against``): each finding is a change from it."""
 
     def cell(self, check_id: str, target: str) -> Cell:
         return self.cells[(check_id, target)]
@@ -189,6 +198,7 @@ class Matrix:
             "command": self.command,
             "interrupted": self.interrupted,
             "replay": self.replay,
+            "against": self.against,
             "targets": [
                 {"spec": t, "release": self.releases.get(t), "error": self.target_errors.get(t)}
                 for t in self.targets
@@ -258,6 +268,8 @@ class Matrix:
         matrix = cls(targets, [c["id"] for c in data["checks"]], command=data.get("command", ""))
         matrix.interrupted = bool(data.get("interrupted", False))
         matrix.replay = str(data.get("replay", NOT_REPLAYED))  # older reports: not replayed
+        against = data.get("against")  # older reports: none
+        matrix.against = None if against is None else str(against)
         for t in data["targets"]:
             if t.get("error"):
                 matrix.target_errors[t["spec"]] = t["error"]
@@ -296,11 +308,13 @@ def _column(
     seed: int | None,
     findings: str | None = None,
     deadline: float | None = None,
+    against: str | None = None,
 ) -> tuple[str, str | None, str | None, dict[str, Cell]]:
     """One target's cells: ``(spec, release, load error, check id -> cell)``; runs in a worker process.
 
-    Interrupted, the cells so far: the partial cell of the check that was
-    running, and ``NOT_RUN`` for the checks after it.
+    ``against``: the spec each check also runs on (its findings are changes); one that does not load
+    is this column's load error, naming it. Interrupted, the cells so far: the partial cell of the
+    check that was running, and ``NOT_RUN`` for the checks after it.
     """
     from mmharness import interrupts
     from mmharness.checks import all_checks
@@ -310,12 +324,13 @@ def _column(
 
     try:
         target = resolve(spec)
+        other = None if against is None else _against_target(against)
     except TargetError as error:
         return spec, None, str(error), {c: Cell(ERROR, str(error)) for c in check_ids}
     release = target.describe().get("release")
     saved_under = Path(findings) / _slug(spec) if findings is not None else None
     options = {"profile": profile, "max_examples": max_examples, "seed": seed, "deadline": deadline}
-    session = Session(target, spec, findings=saved_under, **options)
+    session = Session(target, spec, findings=saved_under, against=other, against_spec=against, **options)
     checks = all_checks()
     cells = {}
     for check_id in check_ids:
@@ -331,6 +346,26 @@ def _column(
     for check_id in check_ids[len(cells) :]:
         cells[check_id] = Cell(NOT_RUN, "interrupted before it began")
     return spec, (str(release) if release else None), None, cells
+
+
+_AGAINST: dict[tuple[str, tuple], Any] = {}
+"""``--against`` targets loaded in this (worker) process, by spec and ``--env`` values: loaded once for
+every column and replay a process runs, as ``commands.options.loaded_target`` does for ``check``."""
+
+
+def _against_target(spec: str) -> Any:
+    """The ``--against`` target, loaded once per process; a load error names the option."""
+    from mmharness.targets.base import TargetError
+    from mmharness.targets.settings import given
+    from mmharness.targets.specs import resolve
+
+    key = (spec, tuple(given().items()))
+    if key not in _AGAINST:
+        try:
+            _AGAINST[key] = resolve(spec)
+        except TargetError as error:
+            raise TargetError(f"--against {spec}: {error}") from None
+    return _AGAINST[key]
 
 
 def _cell(result: Result) -> Cell:
@@ -358,6 +393,7 @@ def run_matrix(
     deadline: float | None = None,
     replay: bool = True,
     replayed: Callable[[str, int, int], None] | None = None,
+    against: str | None = None,
 ) -> Matrix:
     """Run each check on each target; a target that does not load gets errors in its column.
 
@@ -366,10 +402,11 @@ def run_matrix(
     (``mmharness.interrupts``), it keeps the targets that finished and those in
     progress, and says so (``interrupted``); worker processes are stopped.
     With ``replay`` (unless interrupted), every class's case is then replayed on
-    every target (``replay_classes``; ``replayed`` is its ``progress``).
+    every target (``replay_classes``; ``replayed`` is its ``progress``). ``against``: the spec every
+    check also runs on, each difference a change (the module's docstring).
     """
-    matrix = Matrix(targets=list(specs), checks=[c.id for c in checks], command=command)
-    args = [(spec, matrix.checks, profile, max_examples, seed, findings, deadline) for spec in specs]
+    matrix = Matrix(targets=list(specs), checks=[c.id for c in checks], command=command, against=against)
+    args = [(spec, matrix.checks, profile, max_examples, seed, findings, deadline, against) for spec in specs]
     columns = ordered(_column, args, min(workers, len(specs)))
     try:
         _collect(matrix, columns, progress)
@@ -439,7 +476,8 @@ def replay_classes(
     One run per class and target (``runner.replay``), in ``workers`` processes
     (one per target). ``deadline`` as the search's. ``progress`` is told each
     target with the cases replayed on it and how many showed their class.
-    Interrupted, the targets replayed so far keep their findings and the
+    Against a target (``matrix.against``), each case runs on both, as the search did: a
+    class is a change from it. Interrupted, the targets replayed so far keep their findings and the
     matrix says ``REPLAY_INTERRUPTED``.
     """
     from mmharness import interrupts
@@ -447,7 +485,10 @@ def replay_classes(
     every = classes(matrix)
     work = [(t, _to_replay(matrix, t, every)) for t in matrix.targets]
     work = [(t, todo) for t, todo in work if todo]
-    args = [(t, [(c.check, c.kind, c.signature, c.case) for c in todo], deadline) for t, todo in work]
+    args = [
+        (t, [(c.check, c.kind, c.signature, c.case) for c in todo], deadline, matrix.against)
+        for t, todo in work
+    ]
     answers = ordered(_replay_column, args, min(workers, len(args)) if args else 1)
     try:
         for (target, todo), (_, messages) in zip(work, answers, strict=False):
@@ -479,10 +520,13 @@ def _add(matrix: Matrix, target: str, one: _Class, message: str) -> None:
 
 
 def _replay_column(
-    spec: str, work: Sequence[tuple[str, str, str, str]], deadline: float | None
+    spec: str, work: Sequence[tuple[str, str, str, str]], deadline: float | None, against: str | None = None
 ) -> tuple[str, list[str | None]]:
     """Replay ``(check id, kind, signature, case)``s on one target (in a worker process): per case,
-    the message of a failure of that kind and signature, else ``None``. Stopped, those so far."""
+    the message of a failure of that kind and signature, else ``None``. Stopped, those so far.
+    ``against``: each case runs on both targets (``mmharness.against``); a check that cannot run on
+    the other shows nothing."""
+    from mmharness import against as changes
     from mmharness import interrupts, payload
     from mmharness.checks import all_checks
     from mmharness.runner import replay
@@ -491,6 +535,7 @@ def _replay_column(
 
     try:
         target = resolve(spec)
+        other = None if against is None else _against_target(against)
     except TargetError:
         return spec, [None] * len(work)
     checks = all_checks()
@@ -503,6 +548,12 @@ def _replay_column(
         except (payload.PayloadError, KeyError):
             messages.append(None)
             continue
+        if other is not None:
+            device = "cuda" if "cuda" in document.case.devices else "cpu"  # as ``replay`` picks it
+            if changes.not_run(check, target, other, str(against), device) is not None:
+                messages.append(None)
+                continue
+            check = changes.against(check, other)
         try:
             result = replay(check, target, (document.case, document.params), deadline=deadline)
         except KeyboardInterrupt:  # stopped inside the case
@@ -555,10 +606,13 @@ def render(matrix: Matrix, *, color: bool = False, strict: bool = False, grid: b
         text = (SYMBOLS[cell.status] + marked).ljust(width)
         return f"\033[{_COLORS[cell.status]}m{text}\033[0m" if color else text
 
+    lines = []
+    if matrix.against:  # what every finding below is relative to
+        lines.append(f"against: {matrix.against} (each finding a change from it: regression, fix, neutral)")
     if grid:
-        lines = grid_lines(matrix, color=color)
+        lines += grid_lines(matrix, color=color)
     else:
-        lines = ["  ".join(h.ljust(w) for h, w in zip(headers, widths, strict=True)).rstrip()]
+        lines.append("  ".join(h.ljust(w) for h, w in zip(headers, widths, strict=True)).rstrip())
         lines.append("  ".join("-" * w for w in widths))
         for check_id, cells, first in rows:
             painted = [paint(c, w) for c, w in zip(cells, widths[1:-1], strict=True)]

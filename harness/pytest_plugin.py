@@ -11,6 +11,12 @@ controlling process first, so a bad option is one clear usage error naming it,
 under ``-n`` too. A failing check's report holds every finding with its saved
 case and the command that replays it.
 
+``--mm-against SPEC`` (or the ``mm_against`` ini setting, read only once the
+plugin is asked: a project's default for its ``--mm-target`` runs) runs every
+check against a known-good target, as ``mmharness check --against`` does: each
+difference is a change (a regression fails its test), and a check that target
+cannot run is skipped, naming it.
+
 It also offers the ``mm_target``, ``mm_device`` and ``mm_profile`` fixtures
 (for a project's own tests around a target) and the ``mm_cuda`` marker, whose
 tests it skips where no CUDA device is visible.
@@ -26,7 +32,7 @@ import pytest
 
 OPTIONS = (
     *("--mm-target", "--mm-device", "--mm-profile", "--mm-checks"),
-    *("--mm-findings", "--mm-strict", "--mm-database"),
+    *("--mm-findings", "--mm-strict", "--mm-database", "--mm-against"),
 )
 _SESSION = pytest.StashKey[Any]()
 _CHECKS = pytest.StashKey[list]()
@@ -45,7 +51,16 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         metavar="SPEC",
         help="failing examples kept and replayed: none, a directory, github:OWNER/REPO, redis://HOST",
     )
+    group.addoption(
+        "--mm-against",
+        metavar="SPEC",
+        help="a known-good target every case also runs on: each difference is a change (a regression"
+        " fails), as `mmharness check --against`",
+    )
     parser.addini("mm_target", "target spec the checks run against (as --mm-target)", default="")
+    parser.addini(
+        "mm_against", "known-good target the checks compare with, once asked (as --mm-against)", default=""
+    )
 
 
 def _asked(config: pytest.Config) -> bool:
@@ -54,6 +69,11 @@ def _asked(config: pytest.Config) -> bool:
 
 def _spec(config: pytest.Config) -> str:
     return config.getoption("--mm-target") or config.getini("mm_target") or "reference"
+
+
+def _against(config: pytest.Config) -> str | None:
+    """The ``--mm-against`` spec (else the ``mm_against`` ini's); ``None``: no comparison."""
+    return config.getoption("--mm-against") or config.getini("mm_against") or None
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -69,12 +89,23 @@ def pytest_configure(config: pytest.Config) -> None:
         target = resolve(spec)
     except TargetError as error:
         raise pytest.UsageError(f"--mm-target {spec}: {error}") from None
+    against_spec = _against(config)
+    try:
+        other = None if against_spec is None else resolve(against_spec)
+    except TargetError as error:
+        raise pytest.UsageError(f"--mm-against {against_spec}: {error}") from None
     # Every other option is refused here too, once, rather than failing each check's test.
     config.stash[_CHECKS] = _checks(config)
     _findings_writable(config)
     profile = config.getoption("--mm-profile") or "ci"
     config.stash[_SESSION] = Session(
-        target, spec, profile=profile, database=_database(config), findings=_findings(config)[1]
+        target,
+        spec,
+        profile=profile,
+        database=_database(config),
+        findings=_findings(config)[1],
+        against=other,
+        against_spec=against_spec,
     )
     if not config.option.file_or_dir:
         config.args = []  # the checks only, not the tests of the directory pytest was started in
@@ -171,11 +202,13 @@ class CheckItem(pytest.Item):
         if isinstance(excinfo.value, CheckFailed):
             from mmharness import report
 
-            return report.failure_details(self.result, _spec(self.config))
+            return report.failure_details(self.result, _spec(self.config), against=_against(self.config))
         return super().repr_failure(excinfo, style)
 
     def reportinfo(self) -> tuple[Path, int, str]:
-        return Path(__file__), 0, f"mmharness check {self.name} on {_spec(self.config)}"
+        against = _against(self.config)
+        shown = _spec(self.config) + (f" against {against}" if against else "")
+        return Path(__file__), 0, f"mmharness check {self.name} on {shown}"
 
 
 @pytest.fixture(scope="session")

@@ -9,7 +9,7 @@ called ``run_check`` themselves, each forgot a different option.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -28,7 +28,8 @@ class Session:
     worker process, whose parent keeps its results). ``regressions``: saved cases per check id,
     run before each search (``check --regressions``). ``against`` (named ``against_spec``): a
     known-good target every case also runs on, each difference a change (``mmharness.against``);
-    a check it cannot run is skipped, naming it.
+    a check it cannot run is skipped, naming it. ``stop_at``: finding kinds that end a check's
+    search at once, unshrunk (``run_check``): whether it fails, not how (``mmharness.nearest``).
     """
 
     target: Target
@@ -42,6 +43,7 @@ class Session:
     regressions: Mapping[str, Sequence[Example]] = field(default_factory=dict)
     against: Target | None = None
     against_spec: str | None = None
+    stop_at: Collection[str] = ()
 
     def run(
         self, check: Check, device: str = "cpu", *, on_example: Callable[[int], None] | None = None
@@ -68,6 +70,7 @@ class Session:
             on_example=on_example,
             deadline=self.deadline,
             explicit=self.regressions.get(check.id, ()),
+            stop_at=self.stop_at,
         )
 
     def keep(self, result: Result) -> Result:

@@ -29,7 +29,9 @@ report is the unsharded run's, exact ranges included. Each finding's case
 travels in its shard's report (``case``), so no findings directory is needed.
 A matrix run with ``--no-replay`` is merged without (``Settings.no_replay``), and
 ``merge --no-replay`` only joins, loading nothing: its report says it was not
-replayed. An interrupted shard's matrix is not replayed either.
+replayed. An interrupted shard's matrix is not replayed either. A matrix run
+``--against SPEC`` keeps it in its settings: the merge replays against it, as
+the unsharded run does (a change exists only relative to it).
 
 Merging is a command of its own, as ``coverage combine`` and ``playwright
 merge-reports`` are, rather than a ``matrix`` option: it runs no search (only
@@ -94,6 +96,9 @@ class Settings:
     no_replay: bool = field(default=False, metadata={"flag": "--no-replay"})
     """``merge`` does not replay the classes, as the unsharded command would not (a report from
     before replay has none: it replays)."""
+    against: str | None = field(default=None, metadata={"flag": "--against"})
+    """The spec every case also ran on: ``merge`` replays each class against it too (a change exists
+    only relative to it), and shards against different targets are different matrices."""
 
 
 @dataclass(frozen=True)
@@ -171,6 +176,7 @@ def merge(reports: Sequence[tuple[str, object]]) -> tuple[Matrix, Settings]:
         list(first_matrix.checks),
         command=first.command,
         interrupted=interrupted,
+        against=first.settings.against,
     )
     for target in whole.targets:  # in the matrix's order, as the unsharded run fills them
         whole.cells.update({(c, target): part[target].cell(c, target) for c in whole.checks})

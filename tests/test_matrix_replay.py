@@ -4,6 +4,7 @@ not where each target's search happened to meet it; ``merge`` replays for shards
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -239,3 +240,77 @@ def test_on_releases_replay_finds_a_hazard_a_release_search_missed(harness_cache
     (seen,) = [s for s in matrix.cell(check, old).findings if s.signature == signature]
     assert (seen.by, seen.source) == (REPLAY, new)
     assert f"{old} .. {new} (2, 1 by replay): {signature}" in render(matrix)
+
+
+# --against: every column's checks and every replay compare with a known-good target ---------------------
+
+
+def test_against_each_cell_holds_changes_and_replay_compares_too(tmp_path, monkeypatch):
+    """Against the reference, the mutant's findings are regressions; its twin, its search made to miss
+    them, shows them by replay, run against the reference too: a replay on the twin alone would fail
+    with the bare signatures, no change."""
+    (tmp_path / "twin_adapter.py").write_text(TWIN_MODULE)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    checks = select([CHECK])
+    matrix = run_matrix([FOUND, CLEAN, TWIN], checks, "ci", max_examples=30, replay=False, against=CLEAN)
+    assert matrix.against == CLEAN
+    searched = {r.signature for r in matrix.ranges(CHECK)}
+    assert searched and all(s.startswith("regression: ") for s in searched)
+    assert matrix.cell(CHECK, CLEAN).status == PASSED, "the reference against itself: no change"
+    matrix.cells[(CHECK, TWIN)] = Cell(PASSED, examples_run=30)
+    bare = Matrix.from_json(json.loads(json.dumps({**matrix.as_json(), "against": None})))
+    assert bare.against is None
+
+    replay_classes(matrix)
+    replay_classes(bare)
+
+    twin = matrix.cell(CHECK, TWIN)
+    assert (twin.status, twin.replayed) == (DIVERGENCE, True)
+    assert {seen.signature for seen in twin.findings} == searched
+    assert bare.cell(CHECK, TWIN) == Cell(PASSED, examples_run=30), "without --against: no change to show"
+    data = json.loads(json.dumps(matrix.as_json()))
+    assert data["against"] == CLEAN and Matrix.from_json(data).against == CLEAN
+    assert render(matrix).splitlines()[0].startswith(f"against: {CLEAN} (each finding a change from it")
+
+
+def test_matrix_against_on_the_cli_merges_shards_against_it(capsys, tmp_path):
+    """``matrix --against``: the JSON names it, replay lines carry it; shards carry it to ``merge``,
+    which replays against it and refuses shards against different targets."""
+    args = [*ARGS, "--target", "mutant:chunk_start_off_by_one", "--checks", "R1"]
+    reports = {}
+    for name, extra in {
+        "whole": ["--against", "reference"],
+        "1": ["--against", "reference", "--shard", "1/2"],
+        "2": ["--against", "reference", "--shard", "2/2"],
+        "2 alone": ["--shard", "2/2"],
+    }.items():
+        reports[name] = str(tmp_path / f"{name.replace(' ', '-')}.json")
+        found = ("--findings", str(tmp_path / "found"))  # the same files saved by each run
+        code, out, err = _cli(capsys, "matrix", *args, *extra, *found, "--json", reports[name])
+        assert code == 1, out + err
+        if name == "whole":
+            assert out.startswith("against: reference (each finding a change from it")
+            assert re.search(
+                r"reproduce with: mmharness replay \S+ --target \S+ --against reference$", out, re.M
+            )
+    read = {name: json.loads(Path(path).read_text()) for name, path in reports.items()}
+    whole = read["whole"]
+    assert whole["against"] == "reference" and whole["replay"] == REPLAY_DONE
+    findings = [f for c in whole["checks"] for f in c["findings"]]
+    assert findings and all(
+        f["signature"].startswith(("regression: ", "fix: ", "neutral change (")) for f in findings
+    )
+    assert read["1"]["shard"]["settings"]["against"] == "reference"
+    out = tmp_path / "merged.json"
+    code, _, err = _cli(capsys, "merge", reports["2"], reports["1"], "--json", str(out))
+    assert code == 1, err
+    merged = json.loads(out.read_text())
+    assert {**merged, "command": ""} == {**whole, "command": ""}
+    code, _, err = _cli(capsys, "merge", reports["1"], reports["2 alone"])
+    assert code == 2 and "different matrices: --against is None in" in err
+
+
+def test_a_bad_against_spec_refuses_the_matrix_before_any_column(capsys):
+    code, out, err = _cli(capsys, "matrix", *ARGS, "--against", "mutant:nope")
+    assert code == 2 and not out
+    assert "--against mutant:nope: unknown mutant 'nope'" in err

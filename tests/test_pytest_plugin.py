@@ -102,3 +102,35 @@ def test_an_option_that_cannot_be_used_is_one_usage_error_naming_it(tmp_path, op
     assert run.returncode == pytest.ExitCode.USAGE_ERROR, run.stdout + run.stderr
     assert f"ERROR: {refused}" in run.stderr
     assert "failed" not in run.stdout and "passed" not in run.stdout, "refused before any check ran"
+
+
+def test_against_a_known_good_target_a_regression_fails_and_replays_on_both(tmp_path):
+    """``--mm-against``: each check compares the two targets case by case, as ``check --against`` does;
+    a check the other target cannot run is skipped, naming it."""
+    target = "mutant:chunk_start_off_by_one"
+    checks = ("--mm-checks", "chunk.matches_reference", "--mm-checks", "prefill.whole_items")
+    run = pytest_in(tmp_path, "--mm-target", target, "--mm-against", "reference", *checks, "-rs")
+    assert run.returncode == 1, run.stdout + run.stderr
+    assert "signature: regression: requests[...] chunk[...]" in run.stdout
+    saved = sorted((tmp_path / "findings").glob("chunk.matches_reference-*.json"))
+    assert saved
+    line = f"reproduce with: mmharness replay findings/{saved[0].name} --target {target} --against reference"
+    assert line in run.stdout
+    assert "--against reference: reference lacks whole_items" in run.stdout
+    assert "1 failed, 1 skipped" in run.stdout
+
+
+def test_the_mm_against_ini_compares_once_the_plugin_is_asked(tmp_path):
+    """The ini names the known-good target a project's ``--mm-target`` runs compare with; alone it asks
+    for nothing (the project's own tests run, no check)."""
+    (tmp_path / "pytest.ini").write_text("[pytest]\nmm_against = reference\n")
+    (tmp_path / "test_mine.py").write_text("def test_mine():\n    pass\n")
+    alone = pytest_in(tmp_path, "-q")
+    assert alone.returncode == 0 and "1 passed" in alone.stdout, alone.stdout + alone.stderr
+    checks = ("--mm-checks", "chunk.matches_reference")
+    run = pytest_in(tmp_path, "--mm-target", "mutant:chunk_start_off_by_one", *checks)
+    assert run.returncode == 1, run.stdout + run.stderr
+    assert "signature: regression: requests[...] chunk[...]" in run.stdout, "compared with the ini's target"
+    bad = pytest_in(tmp_path, "--mm-target", "reference", "--mm-against", "mutant:nope", *checks)
+    assert bad.returncode == pytest.ExitCode.USAGE_ERROR
+    assert "--mm-against mutant:nope: unknown mutant 'nope'" in bad.stderr

@@ -6,7 +6,9 @@ After its search, ``matrix`` replays every class's shrunk case on every target
 what each target's search happened to draw. A shard cannot (it lacks the
 other shards' classes): ``merge`` replays on the merged matrix, so the merged
 report is still the unsharded one's. ``--no-replay`` (on ``matrix``, or on
-``merge`` for a quick join where the releases cannot be loaded) skips it."""
+``merge`` for a quick join where the releases cannot be loaded) skips it.
+``--against SPEC``: every column's checks run against a known-good target, as
+``check --against`` does (``mmharness.matrix``), and so does the replay."""
 
 from __future__ import annotations
 
@@ -18,9 +20,12 @@ from mmharness.commands.options import (
     DEADLINE_HELP,
     USAGE_ERROR,
     UsageError,
+    apply_env,
     check_max_examples,
     command_line,
     distinct,
+    engine_option,
+    env_option,
     exit_code,
     seconds,
     selected_checks,
@@ -62,6 +67,14 @@ def add_parser(sub) -> None:
         dest="targets",
         metavar="SPEC",
         help="a target spec; repeat, oldest release first",
+    )
+    engine_option(matrix)
+    env_option(matrix)
+    matrix.add_argument(
+        "--against",
+        metavar="SPEC",
+        help="a known-good target every case on every target also runs on, as `check --against` does:"
+        " each finding is a change from it (regression, fix, neutral), and so is each replayed class",
     )
     matrix.add_argument("--checks", action="append", metavar="IDS")
     matrix.add_argument("--profile", choices=("ci", "dev", "deep"), default="ci")
@@ -123,10 +136,13 @@ def run(args: argparse.Namespace) -> int:
 
 def _matrix(args: argparse.Namespace) -> int:
     from mmharness import interrupts, report, shards
+    from mmharness.commands.check import against_target
     from mmharness.matrix import run_matrix
     from mmharness.progress import Progress
     from mmharness.runner import deadline_for
 
+    apply_env(args)
+    against_target(args.against)  # a usage error before any column runs; each worker loads its own
     checks = selected_checks(args.checks)
     check_max_examples(args.max_examples)
     workers = worker_count(args.workers)
@@ -159,6 +175,7 @@ def _matrix(args: argparse.Namespace) -> int:
                 findings=args.findings,
                 deadline=args.deadline,
                 replay=False,
+                against=args.against,
             )
         if args.replay and not args.shard and not matrix.interrupted:
             _replay(matrix, workers, args.deadline)
@@ -167,7 +184,13 @@ def _matrix(args: argparse.Namespace) -> int:
         document = matrix.as_json(strict=args.strict)
         if args.shard:
             settings = shards.Settings(
-                args.profile, args.seed, args.max_examples, deadline, args.strict, not args.replay
+                args.profile,
+                args.seed,
+                args.max_examples,
+                deadline,
+                args.strict,
+                no_replay=not args.replay,
+                against=args.against,
             )
             whole = command_line(_unsharded(args.argv))
             shard = shards.Shard(*args.shard, tuple(args.targets), settings, whole)
@@ -206,7 +229,7 @@ def _show_matrix(matrix, *, strict: bool, deadline: float | None, grid: str = "a
         for seen in cell.findings:
             if seen.saved:
                 hung = seen.signature == DID_NOT_FINISH
-                again = report.replay_command(seen.saved, spec, deadline if hung else None)
+                again = report.replay_command(seen.saved, spec, deadline if hung else None, matrix.against)
                 print(f"{check_id} on {spec}: reproduce with: {again}")
 
 
@@ -246,6 +269,9 @@ def _merge(args: argparse.Namespace) -> int:
     except (JSONFileError, MergeError) as error:
         raise UsageError(str(error)) from None
     if args.replay and not settings.no_replay and not matrix.interrupted:
+        from mmharness.commands.check import against_target
+
+        against_target(settings.against)  # the shards' --against must load here to replay against it
         with interrupts.handled():  # under the deadline the shards' checks ran under (None: none, so 0)
             _replay(matrix, workers, 0 if settings.deadline is None else settings.deadline)
     _show_matrix(matrix, strict=settings.strict, deadline=settings.deadline, grid=args.grid)
