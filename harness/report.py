@@ -155,8 +155,10 @@ def as_json(
     interrupted: bool = False,
     coverage: dict | None = None,
     against: str | None = None,
+    untested: list[str] | None = None,
 ) -> dict:
-    """The report; ``coverage`` (``mmharness.reach.analyse``'s figures, ``check --coverage``) is kept
+    """The report; ``untested``: what the run did not exercise (``mmharness.untested``);
+    ``coverage`` (``mmharness.reach.analyse``'s figures, ``check --coverage``) is kept
     under that key when given. ``against``: the spec ``check --against`` compared with (``None``: no
     comparison); each finding of such a run carries its ``change`` (regression, fix, neutral)."""
     document = {
@@ -166,6 +168,7 @@ def as_json(
         "identity": identity or {},
         "strict": strict,
         "interrupted": interrupted,
+        "untested": list(untested or ()),
         "results": [
             {
                 "check": r.check.id,

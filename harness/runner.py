@@ -99,6 +99,10 @@ class Result:
     """Cases checked: the examples drawn, and for a check that sweeps, their other windows."""
     deadline: float | None = None
     """Seconds each case could run (``None``: no limit): a replay of a did-not-finish case uses it too."""
+    target_notes: tuple[str, ...] = ()
+    """The target's notes once the check had run, in the process that ran it (``Session.run``): what
+    its code reached meanwhile (collectives, paths for more ranks, settings) that a load alone cannot
+    say; ``mmharness.untested`` reports them."""
 
     @property
     def failure(self) -> Failure | None:

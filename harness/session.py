@@ -10,7 +10,7 @@ called ``run_check`` themselves, each forgot a different option.
 from __future__ import annotations
 
 from collections.abc import Callable, Collection, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -59,7 +59,7 @@ class Session:
             if unrunnable is not None:
                 return unrunnable
             check = against.against(check, self.against)
-        return run_check(
+        result = run_check(
             check,
             self.target,
             profile=self.profile,
@@ -72,6 +72,7 @@ class Session:
             explicit=self.regressions.get(check.id, ()),
             stop_at=self.stop_at,
         )
+        return replace(result, target_notes=tuple(self.target.notes()))
 
     def keep(self, result: Result) -> Result:
         """``result`` with each finding's case saved under ``findings`` (``finding.saved``: its file)."""

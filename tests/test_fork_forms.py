@@ -14,6 +14,7 @@ that a helper defined in a loaded file runs from that file.
 
 from __future__ import annotations
 
+import json
 import textwrap
 from pathlib import Path
 
@@ -294,3 +295,29 @@ def test_the_release_itself_reaches_no_collective(sglang_release):
     target = sglang_release("0.5.23")
     target.chunked_prefill_embedding(TWO_IMAGES, Encoder(TWO_IMAGES))
     assert not any("collectives reached" in n for n in target.notes())
+
+
+@pytest.mark.network
+def test_check_ends_with_what_the_fork_left_untested_from_every_worker(fork, tmp_path, capsys):
+    """The fork report: collectives the code reached in the worker processes, and the checks skipped,
+    each with its reason, after the results and in the JSON report."""
+    from mmharness.cli import main
+
+    path = fork().describe()["source"]
+    report = tmp_path / "report.json"
+    code = main(
+        [
+            *("check", "--target", path, "-n", "2", "--max-examples", "5"),
+            *("--checks", "prefill.matches_reference,prefill.whole_items"),
+            *("--findings", str(tmp_path / "findings"), "--json", str(report)),
+        ]
+    )
+    out = capsys.readouterr().out
+    assert code in (0, 1), out
+    untested = out.split("untested in ", 1)[1]
+    assert (
+        "reached during the run: collectives reached" in untested and "get_tp_group().all_reduce" in untested
+    )
+    assert "skipped (prefill.whole_items)" in untested
+    listed = json.loads(report.read_text())["untested"]
+    assert any("collectives reached" in line for line in listed) and any("skipped" in line for line in listed)

@@ -116,7 +116,7 @@ def add_parser(sub) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from mmharness import baseline, interrupts, reach, report
+    from mmharness import baseline, interrupts, reach, report, untested
     from mmharness.progress import Progress, summary_table
     from mmharness.runner import cuda_available
     from mmharness.session import Session
@@ -145,6 +145,7 @@ def run(args: argparse.Namespace) -> int:
     measured = _coverage_files(target) if args.coverage else None
     color = report.use_color(sys.stdout)
     _print_header(target, args.target, known.notes if known else (), other, args.against)
+    shown = target.notes()
     if args.coverage and not measured:
         print(f"coverage: {args.target} loads no engine files: nothing to measure\n")
     results = []
@@ -253,6 +254,11 @@ def run(args: argparse.Namespace) -> int:
         print(f"note: {deeper}")
     for entry in known.stale(results) if known else ():
         print(f"stale baseline entry (did not reproduce): {entry.check} [{entry.device}] {entry.signature}")
+    left = untested.report(results, shown)
+    if left:
+        print(f"\nuntested in {args.target} (what this run did not exercise):")
+        for line in left:
+            print(f"  {line}")
     figures = None
     if reached is not None:
         figures = reach.analyse(target, measured, reached)
@@ -266,6 +272,7 @@ def run(args: argparse.Namespace) -> int:
             interrupted=interrupted,
             coverage=figures,
             against=args.against,
+            untested=left,
         )
         report.write(args.json, json.dumps(data, indent=2) + "\n")
     if args.junit:

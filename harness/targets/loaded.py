@@ -94,13 +94,19 @@ class LoadedTarget(Target):
 
     def notes(self) -> list[str]:
         """What a user should know before reading this target's verdicts (``check`` prints them): what
-        the release lacks (``release_notes``), the files that did not load, then what the harness serves
-        in the engine's place (``stand_in_notes``)."""
+        the release lacks (``release_notes``), the files that did not load, the engine settings its code
+        read, then what the harness serves in the engine's place (``stand_in_notes``)."""
         notes = self.release_notes()
         if self.engine.errors:
             notes.append("files that did not load: " + ", ".join(sorted(self.engine.errors)))
-        if self.engine.record.settings_note:
-            notes.append(self.engine.record.settings_note)
+        record = self.engine.record
+        if record.settings_note:
+            notes.append(record.settings_note)
+        if record.settings:
+            read = ", ".join(
+                f"{name}={value!r} ({source})" for name, (value, source) in sorted(record.settings.items())
+            )
+            notes.append(f"settings read, each tested at this value only (set another with --env): {read}")
         return notes + self.stand_in_notes()
 
     def release_notes(self) -> list[str]:
