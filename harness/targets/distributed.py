@@ -279,26 +279,23 @@ class TorchDistributed(types.ModuleType):
         outputs[0].copy_(tensor)
         return self._done("all_gather", kwargs)
 
-    def all_gather_into_tensor(self, *args: Any, **kwargs: Any) -> Any:
+    def _into(self, op: str, args: tuple, kwargs: dict[str, Any], output_key: str, input_key: str) -> Any:
+        """A collective writing into an output tensor (named ``output_key`` when passed by keyword): on
+        one rank the output is the input, reshaped."""
         output, tensor = _two(args)
-        output = kwargs.get("output_tensor", output)
-        tensor = kwargs.get("input_tensor", tensor)
+        output = kwargs.get(output_key, output)
+        tensor = kwargs.get(input_key, tensor)
         output.copy_(tensor.reshape(output.shape))
-        return self._done("all_gather_into_tensor", kwargs)
+        return self._done(op, kwargs)
+
+    def all_gather_into_tensor(self, *args: Any, **kwargs: Any) -> Any:
+        return self._into("all_gather_into_tensor", args, kwargs, "output_tensor", "input_tensor")
 
     def reduce_scatter_tensor(self, *args: Any, **kwargs: Any) -> Any:
-        output, tensor = _two(args)
-        output = kwargs.get("output", output)
-        tensor = kwargs.get("input", tensor)
-        output.copy_(tensor.reshape(output.shape))
-        return self._done("reduce_scatter_tensor", kwargs)
+        return self._into("reduce_scatter_tensor", args, kwargs, "output", "input")
 
     def all_to_all_single(self, *args: Any, **kwargs: Any) -> Any:
-        output, tensor = _two(args)
-        output = kwargs.get("output", output)
-        tensor = kwargs.get("input", tensor)
-        output.copy_(tensor.reshape(output.shape))
-        return self._done("all_to_all_single", kwargs)
+        return self._into("all_to_all_single", args, kwargs, "output", "input")
 
     def all_gather_object(self, object_list: list, obj: Any, *args: Any, **kwargs: Any) -> Any:
         object_list[0] = obj

@@ -26,6 +26,8 @@ import operator
 import os
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
+from functools import lru_cache
+from pathlib import Path
 from typing import Any
 
 from mmharness.targets.base import HarnessGap
@@ -401,6 +403,37 @@ def _assignments(statements: list[ast.stmt]) -> Iterable[tuple[str, ast.expr]]:
             continue
         if isinstance(target, ast.Name):
             yield target.id, value
+
+
+Interpretation = Callable[[ast.Module, str], Declarations]
+"""An engine's reading of its settings file's syntax tree (and the file's path, for messages)."""
+
+
+def declarations_in(package_dir: Path | None, relative: str, interpret: Interpretation) -> Declarations:
+    """The settings declared in ``package_dir / relative``, read by the engine's ``interpret``; a lone
+    file (no package directory) or a missing or unparsable file: none, saying why."""
+    if package_dir is None:
+        return Declarations(absent=f"a lone file: no {relative} beside it")
+    return read_file(package_dir / relative, interpret)
+
+
+def read_file(path: Path, interpret: Interpretation) -> Declarations:
+    """``path``'s declarations, parsed once per file version and process (a 130 kB file is most of a
+    warm load's settings cost)."""
+    try:
+        stat = path.stat()
+    except OSError:
+        return Declarations(absent=f"no {path.name} in this copy")
+    return _read(path, stat.st_mtime_ns, stat.st_size, interpret)
+
+
+@lru_cache(maxsize=64)
+def _read(path: Path, mtime_ns: int, size: int, interpret: Interpretation) -> Declarations:
+    try:
+        tree = parse(path)
+    except (OSError, SyntaxError, ValueError) as error:
+        return Declarations(absent=f"{path} does not parse ({type(error).__name__})")
+    return interpret(tree, str(path))
 
 
 def parse(path: os.PathLike[str] | str) -> ast.Module:

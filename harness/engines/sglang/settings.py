@@ -24,7 +24,6 @@ import ast
 import json
 import os
 from collections.abc import Callable, Mapping
-from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -112,28 +111,17 @@ class FieldTypes:
 
 def declarations(source: Source) -> Declarations:
     """The settings a load's source declares: its package's ``srt/environ.py``, or why there is none."""
-    if source.package_dir is None:
-        return Declarations(absent=f"a lone file: no {SETTINGS_FILE} beside it")
-    return read(source.package_dir / SETTINGS_FILE)
+    return settings.declarations_in(source.package_dir, SETTINGS_FILE, interpret)
 
 
 def read(path: Path) -> Declarations:
-    """The declarations in ``path`` (an ``environ.py``); a missing file: none, saying so."""
-    try:
-        stat = path.stat()
-    except OSError:
-        return Declarations(absent=f"no {SETTINGS_FILE} in this copy")
-    return _read(path, stat.st_mtime_ns, stat.st_size)
+    """The declarations in ``path`` (an ``srt/environ.py``); a missing file: none, saying so."""
+    return settings.read_file(path, interpret)
 
 
-@lru_cache(maxsize=64)
-def _read(path: Path, mtime_ns: int, size: int) -> Declarations:
-    """Parsing a 130 kB file is most of a warm load's settings cost: once per file version and process."""
-    try:
-        tree = settings.parse(path)
-    except (OSError, SyntaxError, ValueError) as error:
-        return Declarations(absent=f"{path} does not parse ({type(error).__name__})")
-    found = Declarations(where=str(path))
+def interpret(tree: ast.Module, path: str) -> Declarations:
+    """The declarations a parsed ``srt/environ.py`` holds."""
+    found = Declarations(where=path)
     registry = next(
         (node for node in tree.body if isinstance(node, ast.ClassDef) and node.name == REGISTRY_CLASS), None
     )

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import ast
 from collections.abc import Mapping
-from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -30,28 +29,17 @@ CHOICES = "env_with_choices"
 
 def declarations(source: Source) -> Declarations:
     """The settings a load's source declares: its package's ``envs.py``, or why there is none."""
-    if source.package_dir is None:
-        return Declarations(absent=f"a lone file: no {SETTINGS_FILE} beside it")
-    return read(source.package_dir / SETTINGS_FILE)
+    return settings.declarations_in(source.package_dir, SETTINGS_FILE, interpret)
 
 
 def read(path: Path) -> Declarations:
     """The declarations in ``path`` (an ``envs.py``); a missing file: none, saying so."""
-    try:
-        stat = path.stat()
-    except OSError:
-        return Declarations(absent=f"no {SETTINGS_FILE} in this copy")
-    return _read(path, stat.st_mtime_ns, stat.st_size)
+    return settings.read_file(path, interpret)
 
 
-@lru_cache(maxsize=64)
-def _read(path: Path, mtime_ns: int, size: int) -> Declarations:
-    """Once per file version and process."""
-    try:
-        tree = settings.parse(path)
-    except (OSError, SyntaxError, ValueError) as error:
-        return Declarations(absent=f"{path} does not parse ({type(error).__name__})")
-    found = Declarations(where=str(path))
+def interpret(tree: ast.Module, path: str) -> Declarations:
+    """The declarations a parsed ``envs.py`` holds."""
+    found = Declarations(where=path)
     table = _registry(tree)
     if table is None:
         found.problems.append(f"no {REGISTRY} dict in {path}")
