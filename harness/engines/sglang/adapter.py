@@ -275,6 +275,9 @@ class SGLangTarget(LoadedTarget):
         self._switches = {switch_path(flag): flag for flag in self.functions.path_switches}
         self._switch: _Switch | None = None
         self._evs_type = _evs_type(engine, self._rules)
+        evs_module = engine.modules.get(layout.EVS_MODULE)
+        self._evs_item = "VideoEVSDataItem" if hasattr(evs_module, "VideoEVSDataItem") else None
+        """The item type of its own a release's EVS code asserts (early EVS releases), or ``None``."""
         self._collectives = getattr(engine.shims, "collectives", None)
         if self._collectives is not None and not engine.installed:
             # torch.distributed as a process group of one, in the loaded modules' torch and their
@@ -404,6 +407,14 @@ class SGLangTarget(LoadedTarget):
         why = self.unreceived(case)
         if why is not None:
             raise HarnessGap(why, what="EVSEmbeddingResult")
+        if self._evs_item is not None and any(item.frame_rows for _, _, item in case.items()):
+            # Such a release's EVS code refuses any other item type; handing it the harness's item
+            # would make its refusal look like the engine's bug.
+            raise HarnessGap(
+                "EVS-pruned videos: this release's EVSEmbeddingResult takes only its own"
+                f" {self._evs_item} (made by its EVS processor, which the harness does not build)",
+                what=self._evs_item,
+            )
 
     def _item(
         self,
@@ -936,12 +947,26 @@ def _by_position(parts: list[tuple[list[Any], Any]], empty: Any) -> Any:
 
 
 def _evs_type(engine: loader.Engine, rules: ModuleType | None) -> type | None:
-    """What an EVS video's encoder output is made as: the release's own ``EVSEmbeddingResult`` where
-    its module loaded (an installed package), else the harness's stand-in made an instance of the
-    release's ``EmbeddingResult`` too (its cache refuses anything else); ``None`` where the rules never
-    read the name (releases before 0.5.8)."""
+    """What an EVS video's encoder output is made as; ``None`` where the rules never read the name
+    (releases before 0.5.8).
+
+    The release's own ``EVSEmbeddingResult`` where its ``evs_module.py`` loaded (a release, a path
+    copy) or the package is installed. The rules import it by the package's name
+    (``sglang.srt.multimodal.evs``), whose ``__init__`` the harness does not run (``layout.RULES``), so
+    the name reached them as the harness's stand-in: each loaded module holding the stand-in is
+    handed the release's class instead, so that the rules' own ``isinstance`` tests see the type the
+    model returns. Where the module is not at hand (a lone rules file, a release cached before the
+    harness kept it), the stand-in, made an instance of the release's ``EmbeddingResult`` too (its
+    cache refuses anything else)."""
     found = None if rules is None else rules.__dict__.get("EVSEmbeddingResult")
     if found is shims.EVSEmbeddingResult:
+        own = getattr(engine.modules.get(layout.EVS_MODULE), "EVSEmbeddingResult", None)
+        if isinstance(own, type):
+            for module in engine.modules.values():
+                if module.__dict__.get("EVSEmbeddingResult") is shims.EVSEmbeddingResult:
+                    module.EVSEmbeddingResult = own
+            engine.record.shimmed.discard(f"{layout.EVS_PACKAGE}.EVSEmbeddingResult")
+            return own
         cache = engine.modules.get(layout.CACHE_MODULE)
         base_type = getattr(cache, "EmbeddingResult", None)
         if not isinstance(base_type, type):

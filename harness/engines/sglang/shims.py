@@ -427,6 +427,32 @@ class EVSEmbeddingResult:
         return torch.tensor(window, dtype=input_ids.dtype, device=input_ids.device), runs
 
 
+def get_mm_items_offset(input_ids: Any, mm_token_id: int) -> list[tuple[int, int]]:
+    """``BaseMultimodalProcessor.get_mm_items_offset``, which the release's ``EVSEmbeddingResult`` calls
+    on the moved sequence: the maximal runs of ``mm_token_id`` in a 1-D tensor, in order, as inclusive
+    ``(start, end)`` pairs.
+
+    Written from that contract (its docstring's example: ids ``[1, 2, 3, 3, 3, 4, 3, 3]`` and token 3
+    give ``[(2, 4), (6, 7)]``) rather than by loading ``base_processor.py``: that module is the
+    processors' (executors, IPC transport, image libraries), which every scheduling load would then
+    run with stubs, for one static helper. Where they part: the release's helper finds run edges by
+    comparing each position with its neighbour cyclically, so a sequence that both starts and ends
+    with the token pairs the wrong edges. The processors find the offsets with that same helper and
+    their prompts never begin and end with a video's placeholders, so that is input the engine never
+    receives (DESIGN.md section 9); the harness draws such sequences, and reports none of them.
+    """
+    flags = [bool(token == mm_token_id) for token in input_ids.reshape(-1).tolist()]
+    runs: list[tuple[int, int]] = []
+    for position, flag in enumerate(flags):
+        if not flag:
+            continue
+        if runs and runs[-1][1] == position - 1:
+            runs[-1] = (runs[-1][0], position)
+        else:
+            runs.append((position, position))
+    return runs
+
+
 # Name -> shim ------------------------------------------------------------------------
 
 
@@ -537,6 +563,7 @@ _FIXED: dict[str, Any] = {
     "MultiModalCache": StaticCacheShim,
     "EmbeddingResult": EmbeddingResult,
     "EVSEmbeddingResult": EVSEmbeddingResult,
+    "get_mm_items_offset": get_mm_items_offset,
 }
 
 
