@@ -85,17 +85,18 @@ def seeded_copy(tmp_path):
     return copy
 
 
-def reference_summary() -> str:
-    """What pytest reports for every check run against the reference: passed, then skipped.
+def reference_summary(selection: str | None = None) -> str:
+    """What pytest reports for every check (or those ``selection`` names, as ``--mm-checks`` reads it)
+    run against the reference: passed, then skipped.
 
     Skipped: a check needing CUDA where there is none, and a check of an engine
     option the reference does not model.
     """
-    from mmharness.checks import all_checks
+    from mmharness.checks import all_checks, selected
     from mmharness.runner import cuda_available
     from mmharness.targets.reference import ReferenceTarget
 
-    checks = all_checks().values()
+    checks = all_checks().values() if selection is None else selected([selection], "--mm-checks")
     skipped = sum(
         (check.needs_cuda and not cuda_available()) or not check.needs <= ReferenceTarget.capabilities
         for check in checks

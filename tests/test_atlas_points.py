@@ -52,7 +52,10 @@ def release():
 
 @pytest.mark.parametrize(("version", "check_id", "signature", "fixed_in"), POINTS)
 def test_a_real_bug_is_found_for_its_reason(release, version, check_id, signature, fixed_in):
-    found = run_check(CHECKS[check_id], release(version))
+    # Up to the first divergence, unshrunk: the CI profile's cases are fixed, so its full search meets
+    # the same first divergence at the same case (and its shrink keeps that signature). Where it is gone,
+    # the full search (shrinking included) must not meet it anywhere.
+    found = run_check(CHECKS[check_id], release(version), stop_at=(DIVERGENCE,))
     assert found.status == DIVERGENCE, found.reason
     assert any(signature in f.signature for f in found.findings), [f.signature for f in found.findings]
     if fixed_in:
@@ -60,10 +63,12 @@ def test_a_real_bug_is_found_for_its_reason(release, version, check_id, signatur
         assert not any(signature in f.signature for f in after.findings)
 
 
-def test_the_newest_release_has_no_divergence_and_nothing_untested(release):
-    for check in CHECKS.values():
-        result = run_check(check, release("0.5.23"))
-        assert result.status in (PASSED, HAZARD, SKIPPED), (check.id, result.reason)
+@pytest.mark.parametrize("check_id", sorted(CHECKS))
+def test_the_newest_release_has_no_divergence_and_nothing_untested(release, check_id):
+    # The CI profile's whole budget, its hazards left unshrunk (shrinking them is most of the time, and
+    # a hazard passes here): the search ends early only at what fails the test.
+    result = run_check(CHECKS[check_id], release("0.5.23"), stop_at=(DIVERGENCE, COULD_NOT_TEST))
+    assert result.status in (PASSED, HAZARD, SKIPPED), (check_id, result.reason)
 
 
 def test_kimi_k3_in_0_5_18_runs_on_a_single_rank_shim(release):

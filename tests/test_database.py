@@ -18,9 +18,12 @@ def test_a_failure_found_once_is_replayed_first(tmp_path):
     check, target = CHECKS["prefill.cache_independent"], resolve("mutant:prefill_cache_warmth")
     first = run_check(check, target, profile="dev", database=database)
     assert first.status == DIVERGENCE
-    again = run_check(check, target, profile="dev", database=database)
+    # the second run only to its first divergence: whether the saved examples come first, not the rest
+    again = run_check(check, target, profile="dev", database=database, stop_at=(DIVERGENCE,))
     assert again.status == DIVERGENCE
-    assert again.first_failure_at <= 3, "the saved examples come first"
+    # the first example: without the saved ones this mutant still fails by the third (the dev
+    # profile's first draws are small), so only 1 shows that they came first
+    assert again.first_failure_at == 1, "the saved examples come first"
 
 
 def test_each_check_target_and_device_has_its_own_key():

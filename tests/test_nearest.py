@@ -144,7 +144,9 @@ def _digests(root: Path) -> dict[str, str]:
 
 def _nearest_among_neighbours(capsys, spec: str) -> str:
     argv = ["targets", spec, "--nearest", *(w for v in NEIGHBOURS for w in ("--candidate", f"sglang=={v}"))]
-    code, out, _ = run(capsys, *argv, "--max-examples", "20", "-n", "2")
+    # R2 and R5: the rules 0.5.22 (precomputed) and 0.5.23 (split) fixed, and where the reworded
+    # refusal below is reached; the other checks would only add time.
+    code, out, _ = run(capsys, *argv, "--max-examples", "20", "-n", "2", "--checks", "R2,R5")
     assert code == 0, out
     return out
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 from mmharness.checks import all_checks
-from mmharness.checks.outcome import DIVERGENCE, HAZARD
+from mmharness.checks.outcome import COULD_NOT_TEST, DIVERGENCE, HAZARD
 from mmharness.runner import PASSED, SKIPPED, cuda_available, run_check
 from mmharness.selftest import kill, reference_status
 from mmharness.targets.engine_model import EngineModel
@@ -49,6 +49,14 @@ WITNESSES = {
 }
 
 
+def _diverges(check, target):
+    """``run_check``'s result where it diverges: the search up to the first divergence it meets drawing
+    cases (the CI profile's cases are fixed, so the whole search meets it there too), unshrunk; where
+    that meets none, the whole search (its divergence may first appear while a hazard's case is shrunk)."""
+    quick = run_check(check, target, profile="ci", stop_at=(DIVERGENCE,))
+    return quick if quick.status == DIVERGENCE else run_check(check, target, profile="ci")
+
+
 def test_every_check_has_a_witness():
     assert sorted(WITNESSES) == sorted(CHECKS)
 
@@ -59,8 +67,10 @@ def test_check_fails_on_its_witness(check_id):
     witness = WITNESSES[check_id]
     hazard_mutant = witness.startswith("mutant:") and MUTANTS[witness.removeprefix("mutant:")].hazard
     expected = HAZARD if check.family in ("hazard", "robustness") or hazard_mutant else DIVERGENCE
-    # the whole search: a divergence may first appear while a hazard's case is shrunk
-    result = run_check(check, resolve(witness), profile="ci")
+    if expected == DIVERGENCE:
+        result = _diverges(check, resolve(witness))
+    else:  # the whole search: a hazard only where it meets no divergence anywhere
+        result = run_check(check, resolve(witness), profile="ci")
     assert result.status == expected, result.reason or result.status
 
 
@@ -68,13 +78,19 @@ def test_check_fails_on_its_witness(check_id):
 def test_unmutated_engine_model_agrees_with_the_reference(check_id):
     """The engine model is correct, so it passes where the reference passes (hazards are the rules')."""
     check = CHECKS[check_id]
-    on_model = run_check(check, EngineModel(), profile="ci")
+    # the whole budget, hazards unshrunk: the search ends early only at what fails the test
+    on_model = run_check(check, EngineModel(), profile="ci", stop_at=(DIVERGENCE, COULD_NOT_TEST))
     assert on_model.status in (PASSED, SKIPPED, HAZARD), on_model.reason
     if on_model.status == HAZARD:
         assert reference_status(check_id) == HAZARD
 
 
-@pytest.mark.parametrize("name", sorted(MUTANTS))
+# Mutants only prefill.stateful sees: test_multi_step_mutants_only_the_stateful_check_sees shows each
+# killed, by that check alone (every check of its rule run), so they are not killed again here.
+ONLY_STATEFUL = ("cache_keeps_encoder_view", "warm_hit_always_misses")
+
+
+@pytest.mark.parametrize("name", sorted(set(MUTANTS) - set(ONLY_STATEFUL)))
 def test_mutant_is_killed(name, record_property):
     if MUTANTS[name].needs_cuda and not cuda_available():
         pytest.skip("needs a CUDA device (tests/test_cuda.py kills it there)")
@@ -100,15 +116,28 @@ def test_a_flaky_target_is_a_failure_not_a_crash():
     assert result.reason.startswith("the check could not finish: Flaky")
 
 
-@pytest.mark.parametrize("name", ["cache_keeps_encoder_view", "warm_hit_always_misses"])
+@pytest.mark.parametrize("name", ONLY_STATEFUL)
 def test_multi_step_mutants_only_the_stateful_check_sees(name):
-    assert kill(name).killed_by == ("prefill.stateful",)
+    """``kill(name).killed_by`` is the stateful check alone: every check of the mutant's rule is run
+    (``kill`` looks no further once one of them kills), each only until its first killing failure,
+    unshrunk (``kill(first=True)``'s runs, without stopping at the first check that kills): whether each
+    kills, not how. The checks that do not kill meet no failure, so they run exactly as ``kill``'s."""
+    target, rule = resolve(f"mutant:{name}"), MUTANTS[name].rule
+    killing = (DIVERGENCE, HAZARD) if MUTANTS[name].hazard else (DIVERGENCE,)
+    killed_by = []
+    for check in (c for c in CHECKS.values() if c.rule == rule):
+        shared = reference_status(check.id)
+        result = run_check(check, target, profile="ci", stop_at=[k for k in killing if k != shared])
+        if result.status in killing and result.status != shared:
+            killed_by.append(check.id)
+    assert killed_by == ["prefill.stateful"]
 
 
-@pytest.mark.parametrize("name", ["resume_from_last_chunk", "evicted_entry_served_empty"])
+# resume_from_last_chunk is prefill.stateful's witness: test_check_fails_on_its_witness runs the same
+# search and asks the same (a divergence), so it is not run twice.
+@pytest.mark.parametrize("name", ["evicted_entry_served_empty"])
 def test_the_stateful_check_kills_the_other_multi_step_bugs(name):
-    # the whole search: its divergence may first appear while a hazard's case is shrunk
-    result = run_check(CHECKS["prefill.stateful"], resolve(f"mutant:{name}"), profile="ci")
+    result = _diverges(CHECKS["prefill.stateful"], resolve(f"mutant:{name}"))
     assert result.status == DIVERGENCE, result.reason
 
 
