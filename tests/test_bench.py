@@ -16,7 +16,7 @@ def _cache_env(harness_cache, monkeypatch):
 
 @pytest.mark.network
 def test_check_speeds_stand_beside_the_hand_written_property_on_a_release():
-    figures = bench.check_speeds("sglang==0.5.23", examples=20)
+    figures = bench.check_speeds("sglang==0.5.23", examples=5)  # what is figured, not how fast
     baseline, *checks = figures
     assert baseline.name.startswith("hand-written") and baseline.value > 0
     assert {f.name for f in checks} == {
