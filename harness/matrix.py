@@ -348,24 +348,15 @@ def _column(
     return spec, (str(release) if release else None), None, cells
 
 
-_AGAINST: dict[tuple[str, tuple], Any] = {}
-"""``--against`` targets loaded in this (worker) process, by spec and ``--env`` values: loaded once for
-every column and replay a process runs, as ``commands.options.loaded_target`` does for ``check``."""
-
-
 def _against_target(spec: str) -> Any:
-    """The ``--against`` target, loaded once per process; a load error names the option."""
+    """The ``--against`` target, loaded once per process (``specs.loaded``); a load error names the option."""
     from mmharness.targets.base import TargetError
-    from mmharness.targets.settings import given
-    from mmharness.targets.specs import resolve
+    from mmharness.targets.specs import loaded
 
-    key = (spec, tuple(given().items()))
-    if key not in _AGAINST:
-        try:
-            _AGAINST[key] = resolve(spec)
-        except TargetError as error:
-            raise TargetError(f"--against {spec}: {error}") from None
-    return _AGAINST[key]
+    try:
+        return loaded(spec)
+    except TargetError as error:
+        raise TargetError(f"--against {spec}: {error}") from None
 
 
 def _cell(result: Result) -> Cell:

@@ -187,28 +187,15 @@ def compare_all(
     return Nearest(target_spec, ranked, max_examples, interrupted=interrupted)
 
 
-_LOADED: dict[tuple[str, tuple], Any] = {}
-"""Targets loaded in this (worker) process, by spec and ``--env`` values: the target once per process."""
-
-
-def _loaded(spec: str) -> Target:
-    from mmharness.targets.settings import given
-    from mmharness.targets.specs import resolve
-
-    key = (spec, tuple(given().items()))
-    if key not in _LOADED:
-        _LOADED[key] = resolve(spec)
-    return _LOADED[key]
-
-
 def _candidate(target_spec: str, spec: str, check_ids: Sequence[str], max_examples: int) -> Candidate:
     """One candidate against the target (in a worker process): each check's sample, to its first change."""
     from mmharness.checks import all_checks
     from mmharness.session import Session
     from mmharness.targets.base import TargetError
+    from mmharness.targets.specs import loaded
 
     try:
-        target, other = _loaded(target_spec), _loaded(spec)
+        target, other = loaded(target_spec), loaded(spec)
     except TargetError as error:
         return Candidate(spec, error=str(error))
     release = other.describe().get("release")

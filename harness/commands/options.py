@@ -135,18 +135,15 @@ def resolve_target(spec: str):
         raise UsageError(str(error)) from None
 
 
-_LOADED: dict = {}
-"""Targets loaded in this (worker) process, by spec and ``--env`` values."""
-
-
 def loaded_target(spec: str):
-    """``resolve_target``, once per spec and ``--env`` values in a process (a worker loads each once)."""
-    from mmharness.targets.settings import given
+    """``resolve_target``, once per spec and ``--env`` values in a process (``specs.loaded``)."""
+    from mmharness.targets.base import TargetError
+    from mmharness.targets.specs import loaded
 
-    key = (spec, tuple(given().items()))
-    if key not in _LOADED:
-        _LOADED[key] = resolve_target(spec)
-    return _LOADED[key]
+    try:
+        return loaded(spec)
+    except TargetError as error:
+        raise UsageError(str(error)) from None
 
 
 ENV_HELP = (

@@ -243,6 +243,20 @@ def resolve(spec: str) -> Target:
         raise TargetError(f"{spec}: {_what_happened('loading the target', error)}") from error
 
 
+_LOADED: dict[tuple[str, tuple[tuple[str, str], ...]], Target] = {}
+
+
+def loaded(spec: str) -> Target:
+    """``resolve``, once per spec and ``--env`` values in a process: a worker runs many checks, columns
+    or replays on the same targets, and loading one is most of a short run's cost."""
+    from mmharness.targets.settings import given
+
+    key = (spec, tuple(given().items()))
+    if key not in _LOADED:
+        _LOADED[key] = resolve(spec)
+    return _LOADED[key]
+
+
 def chosen_engine() -> str | None:
     """The engine ``$MMHARNESS_ENGINE`` (``--engine``) names, checked; ``None`` when unset."""
     name = os.environ.get(ENGINE_VARIABLE, "").strip()
