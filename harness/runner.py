@@ -346,6 +346,21 @@ class _Hung(BaseException):
     """Raised through Hypothesis when a check's runs that hit the deadline add up to ``HUNG_SECONDS``."""
 
 
+def _controlling(group: BaseExceptionGroup) -> BaseException:
+    """What decides how a round ends when Hypothesis reports several exceptions together: a stop
+    (a signal, Ctrl-C) first, then the deadline's limit (``_Hung``), else the group itself (findings).
+    A group holding a stop must never leave the round: its findings' classes (one per signature)
+    cannot cross a worker's process boundary, and the stop would be lost inside it."""
+    for kind in (KeyboardInterrupt, _Hung):
+        matched = group.subgroup(kind)
+        if matched is not None:
+            leaf: BaseException = matched
+            while isinstance(leaf, BaseExceptionGroup):
+                leaf = leaf.exceptions[0]
+            return leaf
+    return group
+
+
 def _found_type(signature: str) -> type[_Found]:
     if signature not in _FOUND_TYPES:
         _FOUND_TYPES[signature] = type("Found", (_Found,), {"signature": signature})
@@ -465,7 +480,10 @@ class _Search:
             for case in self.explicit:
                 prop = example(case)(prop)
         try:
-            (prop if round_seed is None else fixed_seed(round_seed)(prop))()
+            try:
+                (prop if round_seed is None else fixed_seed(round_seed)(prop))()
+            except BaseExceptionGroup as group:  # findings reported together with a stop or the limit
+                raise _controlling(group) from None
         except KeyboardInterrupt:  # keep what this round saw, as first seen
             self._keep_first_seen(first_example, first_seen)
             raise

@@ -301,3 +301,37 @@ def test_ctrl_c_keeps_the_checks_that_ran_on_the_target_in_progress(tmp_path, st
     saved = [f["saved"] for cell in (adjust, count) for f in cell["findings"]]
     assert len(saved) >= 2 and all(Path(path).is_file() for path in saved)
     assert "interrupted: 0 target(s) finished, 1 in progress" in out
+
+
+@pytest.mark.parametrize("stop", ["signal", "deadline"])
+def test_findings_reported_with_a_stop_end_the_round_keeping_them(monkeypatch, stop):
+    """Hypothesis reports a stop (or the deadline's limit) met while replaying several failures in one
+    group with them: the round must end as for the stop alone, the findings kept as first seen (in a
+    matrix worker the group escaped, and its per-signature classes could not be sent back)."""
+    from mmharness import interrupts, runner
+    from mmharness.checks import all_checks
+    from mmharness.checks.outcome import Failure
+    from mmharness.targets.specs import resolve
+
+    search = runner._Search(all_checks()["embed_mask.matches_reference"], resolve("reference"), "cpu", 10, deadline=1.0)
+    failure = Failure("rows differ")
+    ender = interrupts.Stop("SIGUSR1") if stop == "signal" else runner._Hung()
+
+    def test(known, first_seen, first_example, *, database):
+        def prop():
+            first_seen[failure.signature] = 3
+            first_example[failure.signature] = (failure, None)
+            found = runner._found_type(failure.signature)(failure, None)
+            raise BaseExceptionGroup("found 2 distinct failures", [found, ender])
+
+        return prop
+
+    monkeypatch.setattr(search, "test", test)
+    if stop == "signal":
+        with pytest.raises(interrupts.Stop):
+            search.round(None)
+    else:
+        assert search.round(None) is False
+        assert search.spent == search.budget
+    assert list(search.findings) == [failure.signature]
+    assert not search.findings[failure.signature].shrunk
