@@ -26,9 +26,15 @@ from __future__ import annotations
 import hashlib
 import math
 import os
+import sys
 from collections.abc import Callable, Collection, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
+
+if sys.version_info >= (3, 11):
+    from builtins import BaseExceptionGroup
+else:  # Hypothesis's own dependency on 3.10
+    from exceptiongroup import BaseExceptionGroup
 
 from mmharness.checks.outcome import (
     COULD_NOT_TEST,

@@ -313,7 +313,8 @@ def test_findings_reported_with_a_stop_end_the_round_keeping_them(monkeypatch, s
     from mmharness.checks.outcome import Failure
     from mmharness.targets.specs import resolve
 
-    search = runner._Search(all_checks()["embed_mask.matches_reference"], resolve("reference"), "cpu", 10, deadline=1.0)
+    check = all_checks()["embed_mask.matches_reference"]
+    search = runner._Search(check, resolve("reference"), "cpu", 10, deadline=1.0)
     failure = Failure("rows differ")
     ender = interrupts.Stop("SIGUSR1") if stop == "signal" else runner._Hung()
 
@@ -322,7 +323,7 @@ def test_findings_reported_with_a_stop_end_the_round_keeping_them(monkeypatch, s
             first_seen[failure.signature] = 3
             first_example[failure.signature] = (failure, None)
             found = runner._found_type(failure.signature)(failure, None)
-            raise BaseExceptionGroup("found 2 distinct failures", [found, ender])
+            raise runner.BaseExceptionGroup("found 2 distinct failures", [found, ender])
 
         return prop
 
