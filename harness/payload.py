@@ -56,7 +56,7 @@ FORMAT_EVS = "mmharness.case/1.3"
 as before."""
 FORMATS = (FORMAT, FORMAT_ITEM_DEVICES, FORMAT_SPLIT_FORMS, FORMAT_EVS)
 SPLIT_FORM_KEYS = ("grid_form", "feature_form", "feature_rows", "model_data")
-PROVENANCE_KEYS = ("check", "rule", "target", "note")
+PROVENANCE_KEYS = ("check", "rule", "target", "engine", "note")
 """Free-form strings a saved finding carries; they never change the case."""
 
 # Limits. Each bounds one field, so nothing is iterated or allocated past it.
@@ -103,11 +103,13 @@ class PayloadError(ValueError):
 
 
 class Document(NamedTuple):
-    """A parsed document: the case, the provenance strings and the check's extra draws."""
+    """A parsed document: the case, the provenance strings, the check's extra draws and the ``--env``
+    values of the run that saved it (a setting changes what the target does: a replay needs them)."""
 
     case: Case
     provenance: dict[str, str]
     params: dict[str, Any]
+    env: dict[str, str]
 
 
 # Reading ----------------------------------------------------------------------
@@ -161,6 +163,7 @@ def parse_document(obj: object) -> Document:
     context.evs = root["format"] == FORMAT_EVS
     provenance = {key: _text(root[key], "$", key) for key in PROVENANCE_KEYS if key in root}
     params = _params(root["params"]) if "params" in root else {}
+    env = _env(root["env"]) if "env" in root else {}
     requests = _array(root["requests"], "$", "requests", MAX_REQUESTS)
     case = Case(
         requests=tuple(_request(r, f"requests[{n}]", context) for n, r in enumerate(requests)),
@@ -175,7 +178,7 @@ def parse_document(obj: object) -> Document:
         _check_rules(case)
     for value, path, item in context.descriptions:
         _check_embedding(value, path, item, context)
-    return Document(case, provenance, params)
+    return Document(case, provenance, params, env)
 
 
 # Writing ----------------------------------------------------------------------
@@ -187,15 +190,25 @@ def dump(
     check: str | None = None,
     rule: str | None = None,
     target: str | None = None,
+    engine: str | None = None,
     note: str | None = None,
     params: dict[str, Any] | None = None,
+    env: dict[str, str] | None = None,
 ) -> dict[str, Any]:
     """The case as a JSON-ready document, with any provenance given (``None`` is left out).
 
     ``"malformed"`` is written as ``True`` exactly when the case breaks a rule,
     so a rule-breaking case still parses back to itself.
     """
-    provenance = {"check": check, "rule": rule, "target": target, "note": note, "params": params or None}
+    provenance = {
+        "check": check,
+        "rule": rule,
+        "target": target,
+        "engine": engine,
+        "note": note,
+        "params": params or None,
+        "env": env or None,
+    }
     mixed = any(item.device is not None for _, _, item in case.items())
     forms = any(_uses_split_forms(item) for _, _, item in case.items())
     evs = any(item.frame_rows for _, _, item in case.items())
@@ -335,7 +348,9 @@ def _constant(name: str) -> object:
 
 # Structure --------------------------------------------------------------------
 
-_CASE_KEYS = frozenset({"format", "malformed", "params", *PROVENANCE_KEYS, *(f.name for f in fields(Case))})
+_CASE_KEYS = frozenset(
+    {"format", "malformed", "params", "env", *PROVENANCE_KEYS, *(f.name for f in fields(Case))}
+)
 _REQUEST_KEYS = frozenset(f.name for f in fields(Request))
 _ITEM_KEYS = frozenset({"embedding", *(f.name for f in fields(Item))})
 _EMBEDDING_REQUIRED = ("shape", "dtype", "seed")
@@ -613,6 +628,21 @@ def _params(value: object) -> dict[str, Any]:
         else:
             read[key] = _int(entry, "params", key, -MAX_SEQ_LEN, MAX_SEQ_LEN)
     return read
+
+
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+def _env(value: object) -> dict[str, str]:
+    """The ``--env`` values of the run that saved the case: ``{"NAME": "VALUE"}``, names as a shell's."""
+    if type(value) is not dict:
+        raise PayloadError("env", f"expected an object, got {_kind(value)}")
+    if len(value) > MAX_PARAMS:
+        raise PayloadError("env", f"{len(value)} keys, more than the limit {MAX_PARAMS}")
+    for name in value:
+        if not _ENV_NAME.fullmatch(name):
+            raise PayloadError("env", f"not an environment variable name: {name!r}")
+    return {name: _text(entry, "env", name) for name, entry in value.items()}
 
 
 def _step(value: object, path: str) -> dict[str, Any]:

@@ -76,6 +76,8 @@ def replay_command(
 def save(result: Result, finding: Finding, target_spec: str, directory: Path) -> str:
     """Write a finding's shrunk example as a case document; return its path."""
     from mmharness import payload
+    from mmharness.targets import settings
+    from mmharness.targets.specs import ENGINE_VARIABLE
 
     case, params = finding.example
     text = payload.dumps(
@@ -83,8 +85,10 @@ def save(result: Result, finding: Finding, target_spec: str, directory: Path) ->
         check=result.check.id,
         rule=result.check.rule,
         target=target_spec,
+        engine=os.environ.get(ENGINE_VARIABLE, "").strip() or None,
         params=params,
         note=f"{finding.kind}: {finding.failure.message}",
+        env=settings.given(),
     )
     digest = hashlib.sha1(text.encode()).hexdigest()[:10]
     path = directory / f"{result.check.id}-{digest}.json"

@@ -406,3 +406,31 @@ def test_baselines_record_their_depth_and_combine(capsys, tmp_path):
     code, out, _ = run(capsys, "check", *mutant, *both, "--baseline", str(one), "--baseline", str(two))
     assert code == 0, out
     assert "tolerated by the baseline" in out
+
+
+def test_a_finding_made_under_env_is_saved_with_it_and_replayed_under_it(capsys, tmp_path, monkeypatch):
+    """A setting changes what a target does, so a finding's file records the run's ``--env`` values and
+    ``replay`` sets them again; ``--env`` on the replay wins; files saved under different values are a
+    usage error, since one process has one environment."""
+    import os
+
+    monkeypatch.delenv("MMH_TEST_SETTING", raising=False)
+    target = "mutant:chunk_start_off_by_one"
+    argv = ["check", "--target", target, "--checks", "chunk.matches_reference", "--findings", str(tmp_path)]
+    code, out, _ = run(capsys, *argv, "--env", "MMH_TEST_SETTING=7")
+    assert code == 1
+    path = sorted(tmp_path.glob("chunk.matches_reference-*.json"))[0]
+    assert json.loads(path.read_text())["env"] == {"MMH_TEST_SETTING": "7"}
+    assert f"reproduce with: mmharness replay {path} --target {target} --env MMH_TEST_SETTING=7" in out
+
+    os.environ.pop("MMH_TEST_SETTING")
+    code, out, _ = run(capsys, "replay", str(path))
+    assert code == 1 and os.environ["MMH_TEST_SETTING"] == "7"
+    assert "saved under: --env MMH_TEST_SETTING=7" in out
+    code, out, _ = run(capsys, "replay", str(path), "--env", "MMH_TEST_SETTING=3")
+    assert code == 1 and os.environ["MMH_TEST_SETTING"] == "3" and "saved under" not in out
+
+    other = tmp_path / "other.json"
+    other.write_text(path.read_text().replace('"MMH_TEST_SETTING": "7"', '"MMH_TEST_SETTING": "8"'))
+    code, _, err = run(capsys, "replay", str(path), str(other))
+    assert code == 2 and "saved under different settings" in err and "replay them apart" in err

@@ -593,3 +593,15 @@ def test_an_item_device_in_a_format_1_document_is_refused_with_its_path():
         PayloadError, match=r"requests\[0\].items\[0\].device: an item's own device needs format"
     ):
         payload.parse(document)
+
+
+def test_the_env_a_case_was_saved_under_round_trips_and_a_bad_one_is_named():
+    text = payload.dumps(Case(()), check="chunk.matches_reference", engine="sglang", env={"SGLANG_X": "1"})
+    document = payload.loads_document(text)
+    assert document.env == {"SGLANG_X": "1"} and document.provenance["engine"] == "sglang"
+    assert payload.loads_document(payload.dumps(Case(()))).env == {}
+    for env, said in (({"1X": "1"}, "not an environment variable name: '1X'"), ({"X": 1}, "expected a string")):
+        bad = json.loads(text) | {"env": env}
+        with pytest.raises(payload.PayloadError, match=said) as raised:
+            payload.parse_document(bad)
+        assert raised.value.path.startswith("env")

@@ -16,7 +16,9 @@ from mmharness.commands.options import (
     PASSED_EXIT,
     USAGE_ERROR,
     UsageError,
+    apply_env,
     engine_option,
+    env_option,
     findings_option,
     writable,
 )
@@ -28,7 +30,8 @@ def add_parser(sub) -> None:
         "fuzz",
         help="fuzz a parser, or a check on a target (check:ID), with atheris (libFuzzer arguments after --)",
         usage=(
-            "mmharness fuzz {PARSER | check:ID | --list} [--target SPEC] [--engine NAME] [--corpus DIR]"
+            "mmharness fuzz {PARSER | check:ID | --list} [--target SPEC] [--engine NAME] [--env NAME=VALUE]"
+            " [--corpus DIR]"
             " [--baseline FILE] [--strict] [--findings DIR] [--describe] [-- LIBFUZZER_ARGS...]"
         ),
     )
@@ -51,6 +54,7 @@ def add_parser(sub) -> None:
         " check:ID: any target `mmharness check` takes (default: reference); case-parser ignores it",
     )
     engine_option(fuzz)
+    env_option(fuzz)
     fuzz.add_argument(
         "--corpus",
         metavar="DIR",
@@ -90,6 +94,7 @@ def run(args: argparse.Namespace) -> int:
     if args.parser is None:
         raise UsageError("fuzz: give a PARSER or check:ID (`mmharness fuzz --list` lists them)")
     _known_fuzz_target(args.parser)
+    apply_env(args)
     from mmharness.fuzz import FINDINGS_ENV
 
     saved = os.environ.get(FINDINGS_ENV)

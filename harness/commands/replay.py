@@ -22,6 +22,7 @@ from mmharness.commands.options import (
 
 if TYPE_CHECKING:
     from mmharness.model import Case
+    from mmharness.payload import Document
 
 
 def add_parser(sub) -> None:
@@ -48,7 +49,9 @@ def run(args: argparse.Namespace) -> int:
     apply_env(args)
     checks = all_checks()
     workers = worker_count(args.workers)
-    work = [_saved_case(path, args.target, checks) for path in args.cases]  # every file read first
+    saved = [_saved_case(path, args.target, checks) for path in args.cases]  # every file read first
+    work = [unit for unit, _ in saved]
+    _apply_recorded(args, [(path, document) for path, (_, document) in zip(args.cases, saved, strict=True)])
     if args.against is not None:  # resolved before anything runs
         try:
             loaded_target(args.against)
@@ -71,8 +74,9 @@ def run(args: argparse.Namespace) -> int:
     return exit_code([result.status for result in results], strict=False)
 
 
-def _saved_case(path: str, target: str | None, checks: dict) -> tuple[str, str, Case, dict]:
-    """A saved case file as ``(target spec, check id, case, params)``; a usage error says what is wrong."""
+def _saved_case(path: str, target: str | None, checks: dict) -> tuple[tuple[str, str, Case, dict], Document]:
+    """A saved case file as ``(target spec, check id, case, params)`` and its document; a usage error
+    says what is wrong."""
     from mmharness import params, payload
 
     try:
@@ -89,7 +93,45 @@ def _saved_case(path: str, target: str | None, checks: dict) -> tuple[str, str, 
     problem = params.problem(checks[check_id], document.case, document.params)
     if problem:
         raise UsageError(f"{path}: {problem}")
-    return target or document.provenance.get("target", "reference"), check_id, document.case, document.params
+    spec = target or document.provenance.get("target", "reference")
+    return (spec, check_id, document.case, document.params), document
+
+
+def _apply_recorded(args: argparse.Namespace, saved: list[tuple[str, Document]]) -> None:
+    """Set the engine settings (``--env``) the cases were saved under, and the engine (``--engine``)
+    their target was loaded as, where this command does not give them: a finding made under a setting
+    is replayed under it. Processes share one environment, so cases saved under different values are
+    replayed apart (a usage error names two)."""
+    import os
+
+    from mmharness.targets import settings
+    from mmharness.targets.specs import ENGINE_VARIABLE
+
+    given = settings.given()
+
+    def recorded(document: Document) -> tuple:
+        env = tuple(sorted((k, v) for k, v in document.env.items() if k not in given))
+        return env, None if args.engine or args.target else document.provenance.get("engine")
+
+    first_path, first = saved[0][0], recorded(saved[0][1])
+    for path, document in saved[1:]:
+        if recorded(document) != first:
+            raise UsageError(
+                f"{first_path} and {path} were saved under different settings or engines"
+                f" ({_shown(first)} and {_shown(recorded(document))}): replay them apart"
+            )
+    env, engine = first
+    if env:
+        settings.apply([*(f"{k}={v}" for k, v in given.items()), *(f"{k}={v}" for k, v in env)])
+        print(f"mmharness: replaying with the settings the cases were saved under: {_shown(first)}")
+    if engine:
+        os.environ[ENGINE_VARIABLE] = engine
+
+
+def _shown(recorded: tuple) -> str:
+    env, engine = recorded
+    words = [f"--env {k}={v}" for k, v in env] + ([f"--engine {engine}"] if engine else [])
+    return " ".join(words) or "none"
 
 
 def _replay_in_worker(
