@@ -5,7 +5,7 @@ Usage::
     pip install -e '.[mutation]'
     python benchmarks/mutation_score.py [--engine sglang|vllm] [--release X | --release ENGINE==X]
         [--file PATH-IN-RELEASE ...] [--function NAME ...] [--baseline-seeds K] [--deadline S]
-        [-n 2] [--limit N] [--strict] [--json score.json]
+        [--checks IDS] [--max-examples N] [-n 2] [--limit N] [--strict] [--against] [--json score.json]
 
 The mutants come from cosmic-ray (its operators and its mutator; the harness
 writes none of its own): comparisons, arithmetic, numbers, boolean operators,
@@ -68,7 +68,29 @@ the same run; ``--strict`` picks the one the survivors list and
 ``--survivors-of`` use. A run that ends otherwise (exit 2, 4) is an *error*,
 listed and left out of the score. Workers run in parallel, each on its own
 copy. The report gives the kill rate per file and function, and every
-survivor with its diff.
+survivor with its diff. ``--checks`` and ``--max-examples`` (passed to every
+run, baselines included) narrow a look to the checks a file's rules need.
+
+``--against``: the rules pin rows, refusals and some encoder work, not which
+path an item takes, the encoder's call pattern or the message of a refusal,
+so a mutant changing only those survives them. In this mode a mutant the
+rules leave alive (under ``--strict``) is checked again, ``mmharness check
+--against UNMUTATED --strict --fail-fast``, ``UNMUTATED`` being a path copy
+of the same release no worker mutates: every case runs on both, and it is
+*killed by --against* when that run reports any change (a regression, a fix
+or a neutral change: ``mmharness.against``; ``--strict --fail-fast`` stops
+at the first check with one, since one is enough). Its per-case deadline is
+twice ``--deadline``, the two targets sharing it; one past ``--timeout`` is an
+error (its cost, not a hang: the rules run finished). A mutant the rules kill is
+counted killed by ``--against`` too without a second run: it fails in a way
+none of the unmutated copy's baselines does, which ``--against`` reports as a
+regression. One ``--against`` run per mutant instead would cost each mutant
+several times a rules-only run (every case twice, every neutral change
+shrunk) and would skew the rules-only score (a search that meets a neutral
+change shrinks it and reaches other cases than the plain run), so the
+rules-only figures stay those of the plain run and the third figure, the
+``--against`` kill rate, is shown beside them; the survivors listed are those
+``--against`` leaves, then the mutants only it kills, with their first change.
 """
 
 from __future__ import annotations
@@ -412,9 +434,61 @@ def check(
     return done.returncode
 
 
-def run_baseline(copy: Path, seed: int | None, out: Path, files: list[str], timeout: float) -> dict:
+def reported(copy: Path, extra: list[str], report: Path, *, timeout: float) -> tuple[int, dict]:
+    """``check`` writing ``--json report``: its exit code and its report (empty when it wrote none)."""
+    report.unlink(missing_ok=True)
+    code = check(copy, [*extra, "--json", str(report)], timeout=timeout)
+    return code, json.loads(report.read_text()) if report.is_file() else {}
+
+
+def changes_in(report: dict) -> list[dict]:
+    """The changes an ``--against`` run's report holds (``mmharness.against``), each with its check."""
+    return [
+        {"check": result["check"], "change": finding["change"], "signature": finding["signature"]}
+        for result in report.get("results", ())
+        for finding in result.get("findings") or ()
+        if finding.get("change")
+    ]
+
+
+def against_verdict(code: int, changes: list[dict]) -> str:
+    """A rules survivor's outcome ``--against`` the unmutated copy: killed by any change it reports."""
+    if changes:
+        return KILLED
+    if code == -1:  # the rules run finished in time: this one's cost (each case twice), not a hang
+        return "error (timed out)"
+    if code in (0, 1, 3):  # 1 and 3 without a change: a finding of the mutant's the rules run already judged
+        return SURVIVED
+    return f"error (exit {code})"
+
+
+def compared(
+    copy: Path,
+    given: list[str],
+    unmutated: str,
+    strict: str,
+    *,
+    deadline: float,
+    timeout: float,
+    report: Path,
+) -> dict:
+    """The ``--against`` fields of a mutant whose rules verdict under ``--strict`` is ``strict``: a
+    survivor is checked against the unmutated copy; any other verdict (a kill, an error) is its own."""
+    if strict != SURVIVED:
+        return {"against": strict}
+    extra = [*given, "--against", unmutated, "--strict", "--fail-fast", "--deadline", str(2 * deadline)]
+    code, found = reported(copy, extra, report, timeout=timeout)
+    changes = changes_in(found)
+    return {"against": against_verdict(code, changes), "changes": changes}
+
+
+def run_baseline(
+    copy: Path, seed: int | None, out: Path, files: list[str], timeout: float, options: list[str]
+) -> dict:
     """The unmutated copy's report under the CI profile (traced: which lines run) or another seed."""
-    extra = ["--deadline", "0", "--json", str(out)] + ([] if seed is None else ["--seed", str(seed)])
+    extra = [*options, "--deadline", "0", "--json", str(out)] + (
+        [] if seed is None else ["--seed", str(seed)]
+    )
     traced = None if seed is not None else (out.with_suffix(".lines.json"), [copy / f for f in files])
     started = time.perf_counter()
     code = check(copy, extra, timeout=timeout, traced=traced)
@@ -432,41 +506,52 @@ def run_baseline(copy: Path, seed: int | None, out: Path, files: list[str], time
 
 
 def run_worker(
-    copy: Path, jobs: list[dict], baselines: list[str], deadline: float, timeout: float
+    copy: Path,
+    jobs: list[dict],
+    baselines: list[str],
+    deadline: float,
+    timeout: float,
+    options: list[str],
+    unmutated: str | None = None,
 ) -> list[dict]:
-    """Every job on one private copy of the release: mutate, check against the baselines, restore."""
+    """Every job on one private copy of the release: mutate, check against the baselines (and, with
+    ``unmutated``, a rules survivor ``--against`` that copy: ``compared``), restore. ``options``: the
+    check options every run takes (``--checks``, ``--max-examples``)."""
     from cosmic_ray.mutating import mutate_code
     from cosmic_ray.plugins import get_operator
 
     known = tolerated(json.loads(Path(b).read_text()) for b in baselines)
     originals: dict[str, str] = {}
     report = copy.parent / f"{copy.name}-mutant.json"
+    given = [*(a for b in baselines for a in ("--baseline", b)), *options]
     results = []
     for job in jobs:
         path = copy / job["file"]
         original = originals.setdefault(job["file"], path.read_text())
         mutated = mutate_code(original, get_operator(job["operator"])(), job["occurrence"])
         if mutated is None:
-            results.append({**job, "outcome": NOT_APPLIED, "strict": NOT_APPLIED})
+            results.append({**job, **dict.fromkeys(verdict_keys(unmutated is not None), NOT_APPLIED)})
             continue
-        report.unlink(missing_ok=True)
         path.write_text(mutated)
         started = time.perf_counter()
-        extra = [a for b in baselines for a in ("--baseline", b)]
-        extra += ["--fail-fast", "--deadline", str(deadline), "--json", str(report)]
         try:
-            code = check(copy, extra, timeout=timeout)
+            extra = [*given, "--fail-fast", "--deadline", str(deadline)]
+            code, found = reported(copy, extra, report, timeout=timeout)
+            findings = new_findings(found, known)
+            outcome, strict = verdicts(code, findings)
+            result = {**job, "outcome": outcome, "strict": strict, "new": findings}
+            if unmutated is not None:
+                result |= compared(
+                    copy, given, unmutated, strict, deadline=deadline, timeout=timeout, report=report
+                )
         finally:
             path.write_text(original)
         seconds = round(time.perf_counter() - started, 1)
-        findings = new_findings(json.loads(report.read_text()), known) if report.is_file() else []
-        outcome, strict = verdicts(code, findings)
-        results.append(
-            {**job, "outcome": outcome, "strict": strict, "seconds": seconds,
-             "new": findings, "diff": diff_of(original, mutated)}
-        )  # fmt: skip
+        results.append({**result, "seconds": seconds, "diff": diff_of(original, mutated)})
         where = f"{job['file'].rsplit('/', 1)[-1]} {job['function']} line {job['line']}"
         shown = outcome if strict == outcome else f"{outcome} (--strict: {strict})"
+        if unmutated is not None and result["against"] != strict:
+            shown += f" (--against: {result['against']})"
         progress = f"[{copy.name} {len(results)}/{len(jobs)}]"
         print(
             f"{progress} {where} ({job['operator'][5:]}): {shown} in {seconds} s",
@@ -478,6 +563,11 @@ def run_worker(
 def diff_of(original: str, mutated: str) -> str:
     lines = difflib.unified_diff(original.splitlines(True), mutated.splitlines(True), n=0)
     return "".join(lines).split("\n", 2)[-1]  # without the file header lines
+
+
+def verdict_keys(against: bool) -> tuple[str, ...]:
+    """The verdicts a mutant gets: rules-only, under ``--strict``, and ``--against`` in that mode."""
+    return ("outcome", "strict", "against") if against else ("outcome", "strict")
 
 
 def earlier_survivors(path: str, key: str) -> set[tuple[str, str, int]]:
@@ -535,14 +625,26 @@ def main(argv: list[str] | None = None) -> int:
         help="survivors (and --survivors-of) by the strict verdict; both kill rates are always shown",
     )  # fmt: skip
     parser.add_argument(
+        "--against", action="store_true",
+        help="check each mutant the rules leave alive against the unmutated copy as well: killed by any"
+        " change (another path, encoder pattern, refusal message, ...); survivors and --survivors-of by"
+        " that verdict; the rules-only kill rates are shown beside it",
+    )  # fmt: skip
+    parser.add_argument(
         "--survivors-of", metavar="JSON", help="only the mutants that survived in an earlier run's --json"
     )
+    parser.add_argument(
+        "--checks", metavar="IDS", help="the checks run (mmharness check --checks; default all)"
+    )
+    parser.add_argument("--max-examples", type=int, metavar="N", help="examples per check of every run")
     args = parser.parse_args(argv)
     try:
         engine, version = parse_release(args.release, args.engine)
     except ValueError as error:
         parser.error(str(error))
-    key = "strict" if args.strict else "outcome"
+    key = "against" if args.against else "strict" if args.strict else "outcome"
+    options = ["--checks", args.checks] if args.checks else []
+    options += ["--max-examples", str(args.max_examples)] if args.max_examples else []
 
     release = Path(importlib.import_module(f"mmharness.engines.{engine}.adapter").fetch(version))
     files = args.file or default_files(engine, release)
@@ -568,13 +670,17 @@ def main(argv: list[str] | None = None) -> int:
         copies = [workdir / f"copy{k}" for k in range(args.workers)]
         for copy in copies:
             shutil.copytree(release, copy)
+        unmutated = None
+        if args.against:  # the known-good target of every --against run: a copy no worker mutates
+            unmutated = str(workdir / "unmutated")
+            shutil.copytree(release, unmutated)
         seeds = [None, *range(1, args.baseline_seeds + 1)]
         outs = [workdir / ("baseline-ci.json" if s is None else f"baseline-seed{s}.json") for s in seeds]
         print(f"{engine}=={version}: baselines of the unmutated copy (ci, seeds 1..{args.baseline_seeds})")
         with ProcessPoolExecutor(max_workers=args.workers) as pool:
             runs = list(pool.map(
                 run_baseline, [copies[k % len(copies)] for k in range(len(seeds))], seeds, outs,
-                [files] * len(seeds), [args.timeout * 10] * len(seeds),
+                [files] * len(seeds), [args.timeout * 10] * len(seeds), [options] * len(seeds),
             ))  # fmt: skip
         usable = [str(out) for run, out in zip(runs, outs, strict=True) if Path(out).is_file()]
         if len(usable) < len(runs) or runs[0]["exit"] not in (0, 1, 3):
@@ -584,7 +690,7 @@ def main(argv: list[str] | None = None) -> int:
         skipped = []
         if not args.all_lines:
             skipped = [
-                {**job, "outcome": NOT_REACHED, "strict": NOT_REACHED}
+                {**job, **dict.fromkeys(verdict_keys(args.against), NOT_REACHED)}
                 for job in jobs
                 if not reached(job, lines.get(job["file"], set()))
             ]
@@ -606,19 +712,21 @@ def main(argv: list[str] | None = None) -> int:
                 [usable] * count_,
                 [args.deadline] * count_,
                 [args.timeout] * count_,
+                [options] * count_,
+                [unmutated] * count_,
             )
             results = [r for part in parts for r in part]
     order = {(j["file"], j["operator"], j["occurrence"]): k for k, j in enumerate(jobs)}
     results.sort(key=lambda r: order[(r["file"], r["operator"], r["occurrence"])])
     baselines = [{k: v for k, v in run.items() if k not in ("report", "lines")} for run in runs]
-    report(results, skipped, baselines, strict=args.strict, sampled=bool(args.sample))
+    report(results, skipped, baselines, key=key, sampled=bool(args.sample))
     if args.json:
         document = {
             "format": FORMAT, "engine": engine, "release": version, "files": files,
             "functions": args.function, "baseline_seeds": args.baseline_seeds, "baselines": baselines,
             "deadline": args.deadline, "timeout": args.timeout, "limit": args.limit,
-            "sample": args.sample, "sample_seed": args.sample_seed,
-            "mutants": results + skipped,
+            "sample": args.sample, "sample_seed": args.sample_seed, "against": args.against,
+            "checks": args.checks, "max_examples": args.max_examples, "mutants": results + skipped,
         }  # fmt: skip
         Path(args.json).write_text(json.dumps(document, indent=2) + "\n")
     return 0
@@ -635,44 +743,55 @@ def wilson(killed: int, counted: int) -> tuple[float, float]:
 
 
 def report(
-    results: list[dict], skipped: list[dict], baselines: list[dict], *, strict: bool, sampled: bool = False
+    results: list[dict], skipped: list[dict], baselines: list[dict], *, key: str, sampled: bool = False
 ) -> None:
-    """Kill rates per file and function (plain and --strict), then the survivors with their diffs."""
+    """Kill rates per file and function (plain, --strict and, in that mode, --against), then the survivors
+    by ``key`` (one of ``verdict_keys``) with their diffs."""
+    keys = verdict_keys(key == "against")
     for run in baselines:
         depth = sorted(set(run["examples"].values()) - {None})
         print(f"baseline {run['search']}: exit {run['exit']}, examples per check {depth}")
     groups: dict[tuple[str, str], list[dict]] = defaultdict(list)
     for mutant in [*results, *skipped]:
         groups[(mutant["file"], mutant["function"])].append(mutant)
-    columns = ("killed", "of", "score", "strict", "score", "unreached")
+    columns = (
+        "killed",
+        "of",
+        "score",
+        "strict",
+        "score",
+        *(("against", "score") if key == "against" else ()),
+    )
     header = f"{'file / function':<60} " + " ".join(
-        f"{c:>{max(len(c), 7) if c != 'of' else 4}}" for c in columns
+        f"{c:>{max(len(c), 7) if c != 'of' else 4}}" for c in (*columns, "unreached")
     )
     print(f"\n{header}")
     for file in sorted({f for f, _ in groups}):
         print(file)
         for (owner, name), mutants in sorted(groups.items()):
             if owner == file:
-                print(_line(f"  {name}", mutants))
-        print(_line("  (file)", [m for (owner, _), ms in groups.items() if owner == file for m in ms]))
-    print(_line("all", [*results, *skipped]))
+                print(_line(f"  {name}", mutants, keys))
+        print(_line("  (file)", [m for (owner, _), ms in groups.items() if owner == file for m in ms], keys))
+    print(_line("all", [*results, *skipped], keys))
     if sampled:
-        for key, label in (("outcome", "plain"), ("strict", "--strict")):
-            low, high = wilson(*score(results, key))
+        for shown in keys:
+            low, high = wilson(*score(results, shown))
+            label = {"outcome": "plain", "strict": "--strict", "against": "--against"}[shown]
             print(f"95% interval of the {label} score over every mutant reached: {low:.1%} to {high:.1%}")
-    errors = [r for r in results if r["outcome"].startswith("error")]
+    errors = [r for r in results if any(r[k].startswith("error") for k in keys)]
     if errors:
         print(f"\n{len(errors)} mutant(s) whose run ended in an error (not counted):")
         for r in errors:
-            print(f"  {r['file']} {r['function']} line {r['line']} ({r['operator']}): {r['outcome']}")
+            shown = next(r[k] for k in keys if r[k].startswith("error"))
+            print(f"  {r['file']} {r['function']} line {r['line']} ({r['operator']}): {shown}")
     deadline_only = [
         r for r in results if r["outcome"] == KILLED and r.get("new")
         and all(f["signature"] == "did not finish in N s" for f in r["new"])
     ]  # fmt: skip
     if deadline_only:
         print(f"\n{len(deadline_only)} kill(s) by the per-case deadline alone")
-    key = "strict" if strict else "outcome"
-    print(f"\nsurvivors{' under --strict' if strict else ''}:")
+    label = {"outcome": "", "strict": " under --strict", "against": " under --against"}[key]
+    print(f"\nsurvivors{label}:")
     for r in results:
         if r[key] == SURVIVED:
             print(
@@ -680,20 +799,33 @@ def report(
                 f" occurrence {r['occurrence']}"
             )
             print(r["diff"].rstrip())
-    if not strict:
+    if key == "outcome":
         caught = [r for r in results if r["outcome"] == SURVIVED and r["strict"] == KILLED]
         for r in caught:
             kinds = sorted({f"{f['check']}: {f['signature']}" for f in r["new"]})
             print(f"  (line {r['line']} {r['operator'][5:]} is killed under --strict: {'; '.join(kinds)})")
+    if key == "against":
+        caught = [r for r in results if r["strict"] == SURVIVED and r["against"] == KILLED]
+        if caught:
+            print(f"\nkilled by --against only ({len(caught)}), each with its first change:")
+        for r in caught:
+            first = r["changes"][0]
+            print(
+                f"--- {r['file']} {r['function']} line {r['line']} ({r['operator']}),"
+                f" occurrence {r['occurrence']}: {first['check']}: {first['signature']}"
+            )
+            print(r["diff"].rstrip())
 
 
-def _line(label: str, mutants: list[dict]) -> str:
-    killed, counted = score(mutants, "outcome")
-    strict_killed, _ = score(mutants, "strict")
+def _line(label: str, mutants: list[dict], keys: tuple[str, ...]) -> str:
+    """One row: killed, counted and score for each verdict in ``keys``, then the mutants not reached."""
+    figures = []
+    for k, verdict in enumerate(keys):
+        killed, counted = score(mutants, verdict)
+        rate = f"{killed / counted:>7.1%}" if counted else f"{'-':>7}"
+        figures += [f"{killed:>7}", *([f"{counted:>4}"] if k == 0 else []), rate]
     unreached = sum(m["outcome"] == NOT_REACHED for m in mutants)
-    rate = f"{killed / counted:>7.1%}" if counted else f"{'-':>7}"
-    strict_rate = f"{strict_killed / counted:>7.1%}" if counted else f"{'-':>7}"
-    return f"{label:<60} {killed:>7} {counted:>4} {rate} {strict_killed:>7} {strict_rate} {unreached:>9}"
+    return f"{label:<60} {' '.join(figures)} {unreached:>9}"
 
 
 if __name__ == "__main__":

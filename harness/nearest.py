@@ -27,17 +27,25 @@ checks searched again over the same budget, shrinking each change (the
 one shrunk example: what ``check --target SPEC --against NEAREST`` would show
 for those checks. Candidates run in worker processes (``workers``), a unit
 each; each process loads the target once.
+
+As a CI step (``exit_code``, ``as_json``): the run exits 1 when the nearest's
+changes include a regression (a rule the target breaks where that release
+follows it), 0 when the nearest behaves identically or differs only by fixes
+and neutral changes, 4 when no candidate could be compared; the JSON holds the
+ranking, every candidate's checks, and the nearest's changes with their
+judgement, shrunk case and replay line.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from mmharness.against import CHANGES, change_of
+from mmharness.against import CHANGES, REGRESSION, change_of
 from mmharness.checks.outcome import DIVERGENCE, HAZARD
 from mmharness.runner import SKIPPED, Interrupted
 from mmharness.workers import ordered
@@ -54,6 +62,11 @@ PROFILE = "ci"
 """The profile whose seed is fixed per check: the same sample for every candidate and every run."""
 
 SAME, CHANGED, NOT_COMPARED = "same", "changed", "not compared"
+FORMAT = "mmharness.nearest/1"
+"""The ``--json`` document's format."""
+NO_REGRESSION, REGRESSED, NONE_COMPARED = 0, 1, 4
+"""Exit codes (``exit_code``): the nearest is identical or changed without a regression; its changes
+include a regression; no candidate could be compared (as ``check``'s 4: nothing ran)."""
 
 
 class NearestError(ValueError):
@@ -135,6 +148,24 @@ class Nearest:
     @property
     def identical(self) -> list[Candidate]:
         return [c for c in self.candidates if c.identical]
+
+    @property
+    def regressed(self) -> bool:
+        """Whether the nearest's changes include a regression: a first change in the ranking's sample, or
+        a class the shrinking search found."""
+        chosen = self.nearest
+        if chosen is None:
+            return False
+        shrunk = (change_of(f.signature) for r in self.changes for f in r.findings)
+        return chosen.kinds[REGRESSION] > 0 or REGRESSION in shrunk
+
+
+def exit_code(nearest: Nearest) -> int:
+    """What a CI step reads (``NO_REGRESSION``, ``REGRESSED``, ``NONE_COMPARED``); an interrupted run
+    exits as interrupted instead (the caller's)."""
+    if nearest.nearest is None:
+        return NONE_COMPARED
+    return REGRESSED if nearest.regressed else NO_REGRESSION
 
 
 def engine_candidates(target: Target, spec: str) -> list[str]:
@@ -313,3 +344,62 @@ def change_lines(nearest: Nearest) -> list[str]:
             if change_of(finding.signature) is not None:
                 lines += ["", report.finding_details(result, finding, nearest.target, against=chosen.spec)]
     return lines
+
+
+def as_json(nearest: Nearest, checks: Sequence[str], *, code: int) -> dict:
+    """The ``--json`` document: the ranking (each candidate's checks, identical or not), the nearest,
+    and its changes with their judgement, shrunk case and replay line (``None`` where not saved:
+    ``--findings DIR`` saves them); ``exit`` is the run's exit code."""
+    from mmharness import report
+
+    chosen = nearest.nearest
+    candidates = [
+        {
+            "rank": None if candidate.error is not None else rank,
+            "spec": candidate.spec,
+            "release": candidate.release,
+            "error": candidate.error,
+            "interrupted": candidate.interrupted,
+            "identical": candidate.identical,
+            "checks_changed": len(candidate.changed),
+            "checks_compared": candidate.checked,
+            "cases_alike": candidate.alike,
+            "first_changes": {kind: candidate.kinds[kind] for kind in CHANGES if candidate.kinds[kind]},
+            "compared": [dataclasses.asdict(compared) for compared in candidate.compared],
+        }
+        for rank, candidate in enumerate(nearest.candidates, 1)
+    ]
+    changes = [
+        {
+            "check": result.check.id,
+            "rule": result.check.rule,
+            "change": change_of(finding.signature),
+            "kind": finding.kind,
+            "signature": finding.signature,
+            "message": finding.failure.message,
+            "expected": finding.failure.expected,
+            "actual": finding.failure.actual,
+            "shrunk": finding.shrunk,
+            "saved": finding.saved,
+            "replay": report.replay_command(finding.saved, nearest.target, against=chosen.spec)
+            if finding.saved and chosen is not None
+            else None,
+        }
+        for result in nearest.changes
+        for finding in result.findings
+        if change_of(finding.signature) is not None
+    ]
+    return {
+        "format": FORMAT,
+        "target": nearest.target,
+        "profile": PROFILE,
+        "max_examples": nearest.max_examples,
+        "checks": list(checks),
+        "interrupted": nearest.interrupted,
+        "exit": code,
+        "nearest": None if chosen is None else chosen.spec,
+        "identical": [c.spec for c in nearest.identical],
+        "regression": nearest.regressed,
+        "candidates": candidates,
+        "changes": changes,
+    }

@@ -222,3 +222,37 @@ def test_the_pull_request_recipe_parses_and_compares():
         args = _parser().parse_args(words)
         assert args.against and args.findings and args.json
     assert {args.against.split("==")[0] for args in map(_parser().parse_args, commands)} == {"sglang", "vllm"}
+
+
+def test_a_representation_only_difference_is_no_change_and_r2s_none_still_is():
+    """docs/rules.md, representation-only differences: R3's ``None`` and rows of no element, R3e's
+    ``None`` and an all-false mask (``[N, 1]`` and ``[N]`` alike) are one answer; R2's ``None`` ("run
+    the encoder") and zero rows are not, nor is a mask selecting something."""
+    import torch
+
+    class Answers:
+        """A target answering each method with the value given."""
+
+        def __init__(self, value):
+            self.value = value
+
+        def chunked_prefill_embedding(self, *args, **kwargs):
+            return self.value
+
+        embedding_and_mask = precomputed_embedding = chunked_prefill_embedding
+
+    def difference(method: str, mine, theirs):
+        sides = Recorded(Answers(mine)), Recorded(Answers(theirs))
+        for side in sides:
+            getattr(side, method)()
+        return first_difference(sides[0].calls, sides[1].calls)
+
+    none, no_rows = None, torch.zeros(0, 4)
+    mask = torch.tensor([True, False])
+    assert difference("chunked_prefill_embedding", none, no_rows) is None
+    assert difference("embedding_and_mask", (none, None), (no_rows, torch.zeros(3, dtype=torch.bool))) is None
+    assert difference("embedding_and_mask", (no_rows, mask), (no_rows, mask.reshape(2, 1))) is None
+    assert difference("embedding_and_mask", (no_rows, mask), (no_rows, ~mask)).observable == "mask"
+    assert difference("embedding_and_mask", (no_rows, mask), (no_rows, None)).observable == "mask"
+    assert difference("chunked_prefill_embedding", none, torch.zeros(1, 4)).observable == "rows"
+    assert difference("precomputed_embedding", none, no_rows).observable == "rows"

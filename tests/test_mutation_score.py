@@ -1,9 +1,12 @@
-"""The mutation benchmark's pure helpers: which functions count, verdicts, baselines (no cosmic-ray run)."""
+"""The mutation benchmark: its pure helpers (which functions count, verdicts, baselines, the report) and,
+on a cached release (``network``), one mutant run rules-only and ``--against`` the unmutated copy."""
 
 from __future__ import annotations
 
 import importlib.util
 import json
+import re
+import shutil
 from pathlib import Path
 
 import pytest
@@ -130,3 +133,84 @@ def test_survivors_of_reads_the_new_object_and_the_old_list(tmp_path):
     (tmp_path / "new.json").write_text(json.dumps(new))
     assert ms.earlier_survivors(str(tmp_path / "new.json"), "outcome") == {("f.py", "o", 3)}
     assert ms.earlier_survivors(str(tmp_path / "new.json"), "strict") == set()
+
+
+def _mutant(line: int, outcome: str, strict: str, against: str, *changes: str) -> dict:
+    return {
+        "file": "f.py", "function": "f", "line": line, "operator": "core/AddNot", "occurrence": line,
+        "outcome": outcome, "strict": strict, "against": against, "new": [], "diff": f"-line {line}\n",
+        "changes": [{"check": "c", "change": "neutral", "signature": s} for s in changes],
+    }  # fmt: skip
+
+
+def test_the_against_report_shows_three_kill_rates_and_lists_what_against_leaves_and_kills(capsys):
+    """Beside the rules' two rates, the --against one; survivors are those --against leaves, then the
+    mutants only --against kills, each with its first change."""
+    results = [
+        _mutant(1, ms.KILLED, ms.KILLED, ms.KILLED),
+        _mutant(2, ms.SURVIVED, ms.KILLED, ms.KILLED),
+        _mutant(3, ms.SURVIVED, ms.SURVIVED, ms.KILLED, "neutral change (encoder calls): x"),
+        _mutant(4, ms.SURVIVED, ms.SURVIVED, ms.SURVIVED),
+    ]
+    ms.report(results, [], [], key="against")
+    out = capsys.readouterr().out
+    assert re.search(r"^all +1 +4 +25\.0% +2 +50\.0% +3 +75\.0% +0$", out, flags=re.M)
+    assert out.split()[:9] == ["file", "/", "function", "killed", "of", "score", "strict", "score", "against"]
+    survivors = out.split("survivors under --against:\n")[1]
+    assert "line 4 " in survivors and "-line 4" in survivors
+    assert not re.search(r"line [123] ", survivors.split("killed by --against only")[0])
+    only = survivors.split("killed by --against only (1), each with its first change:\n")[1]
+    assert only.startswith(
+        "--- f.py f line 3 (core/AddNot), occurrence 3: c: neutral change (encoder calls): x"
+    )
+
+
+def test_the_rules_only_report_has_no_against_column(capsys):
+    ms.report(
+        [{k: v for k, v in _mutant(1, ms.SURVIVED, ms.KILLED, "").items() if k != "against"}],
+        [],
+        [],
+        key="outcome",
+    )
+    out = capsys.readouterr().out
+    assert "against" not in out and re.search(r"^all +0 +1 +0\.0% +1 +100\.0% +0$", out, flags=re.M)
+
+
+def test_an_against_verdict_is_any_change_else_what_the_run_ended_in():
+    change = [{"check": "c", "change": "neutral", "signature": "s"}]
+    assert ms.against_verdict(1, change) == ms.KILLED
+    assert ms.against_verdict(0, []) == ms.against_verdict(1, []) == ms.SURVIVED
+    assert ms.against_verdict(-1, []) == "error (timed out)", "a rules survivor's run is no hang"
+    assert ms.against_verdict(2, []) == "error (exit 2)"
+    report = {"results": [{"check": "c", "findings": [
+        {"kind": "hazard", "signature": "s", "change": "neutral"},
+        {"kind": "could-not-test", "signature": "g", "change": None},
+    ]}]}  # fmt: skip
+    assert ms.changes_in(report) == change
+
+
+@pytest.mark.network
+def test_a_mutant_changing_only_the_path_survives_the_rules_and_is_killed_against_the_unmutated(
+    sglang_release, tmp_path
+):
+    """SGLang 0.5.23 sends single-span images down the per-request path of ROCm/NPU/XPU instead of the
+    batched one: the same rows (the rules hold), another encoder call pattern (a neutral change)."""
+    pytest.importorskip("cosmic_ray")
+    root = Path(sglang_release("0.5.23").describe()["source"])
+    copy, unmutated = tmp_path / "copy0", tmp_path / "unmutated"
+    shutil.copytree(root, copy)
+    shutil.copytree(root, unmutated)
+    job = {"file": ms.SGLANG_RULES, "function": "_get_chunked_prefill_embedding", "line": 598,
+           "end_line": 598, "operator": "core/AddNot", "occurrence": 57}  # fmt: skip
+    options = ["--checks", "prefill.schedule_concat", "--max-examples", "10"]
+    [mutant] = ms.run_worker(copy, [job], [], ms.DEADLINE_S, ms.TIMEOUT_S, options, str(unmutated))
+    assert "+            if not _is_hip or _is_npu or _is_xpu:" in mutant["diff"]
+    assert (mutant["outcome"], mutant["strict"], mutant["against"]) == (ms.SURVIVED, ms.SURVIVED, ms.KILLED)
+    assert mutant["changes"] == [
+        {
+            "check": "prefill.schedule_concat",
+            "change": "neutral",
+            "signature": "neutral change (encoder calls): chunked_prefill_embedding on batched",
+        }
+    ]
+    assert (copy / ms.SGLANG_RULES).read_text() == (root / ms.SGLANG_RULES).read_text(), "restored"

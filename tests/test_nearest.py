@@ -10,6 +10,7 @@ On releases (``network``): a path copy of SGLang 0.5.23, unmodified and with one
 from __future__ import annotations
 
 import hashlib
+import json
 import re
 from pathlib import Path
 
@@ -38,14 +39,46 @@ def ranking(out: str) -> list[tuple[str, str, str]]:
 def test_a_target_is_identical_to_itself_and_nearest_to_itself(capsys, tmp_path):
     argv = ["targets", OFF_BY_ONE, "--nearest", "--checks", "R1", "--max-examples", "10", "-n", "2"]
     argv += ["--candidate", "reference", "--candidate", INCLUSIVE, "--candidate", OFF_BY_ONE]
-    code, out, _ = run(capsys, *argv)
-    assert code == 0, out
+    code, out, _ = run(capsys, *argv, "--json", str(tmp_path / "nearest.json"))
+    assert code == nearest.NO_REGRESSION, out
     rows = ranking(out)
     assert rows[0] == (OFF_BY_ONE, "0 of 4", "identical")
     assert {spec for spec, _, _ in rows} == {"reference", INCLUSIVE, OFF_BY_ONE}
     assert all(kinds != "identical" for _, _, kinds in rows[1:])
     assert f"identical on every sample case of every check both run: {OFF_BY_ONE}\n" in out
     assert f"nearest: {OFF_BY_ONE} (no change)" in out
+    document = json.loads((tmp_path / "nearest.json").read_text())
+    assert (document["format"], document["exit"], document["regression"]) == (nearest.FORMAT, 0, False)
+    assert (document["nearest"], document["identical"], document["changes"]) == (OFF_BY_ONE, [OFF_BY_ONE], [])
+    first, *others = document["candidates"]
+    assert (first["rank"], first["spec"], first["identical"], first["checks_changed"]) == (
+        1,
+        OFF_BY_ONE,
+        True,
+        0,
+    )
+    assert [c["outcome"] for c in first["compared"]] == [nearest.SAME] * 4
+    assert all(not c["identical"] and c["checks_changed"] > 0 and c["first_changes"] for c in others)
+
+
+def test_only_fixes_from_the_nearest_exit_0_and_the_json_says_so(capsys, tmp_path):
+    """The reference against a buggy candidate: its changes are fixes, which no CI step should fail on."""
+    argv = [
+        "targets",
+        "reference",
+        "--nearest",
+        "--candidate",
+        OFF_BY_ONE,
+        "--checks",
+        "chunk.matches_reference",
+    ]
+    code, out, _ = run(capsys, *argv, "--max-examples", "20", "--json", str(tmp_path / "nearest.json"))
+    assert code == nearest.NO_REGRESSION, out
+    assert ranking(out) == [(OFF_BY_ONE, "1 of 1", "1 fix")] and "include a regression" not in out
+    document = json.loads((tmp_path / "nearest.json").read_text())
+    assert (document["exit"], document["regression"], document["nearest"]) == (0, False, OFF_BY_ONE)
+    assert document["changes"] and {c["change"] for c in document["changes"]} == {"fix"}
+    assert all(c["replay"] is None and c["shrunk"] for c in document["changes"]), "nothing saved: no replay"
 
 
 def test_the_nearest_changes_are_shrunk_judged_and_saved(capsys, tmp_path):
@@ -59,8 +92,12 @@ def test_the_nearest_changes_are_shrunk_judged_and_saved(capsys, tmp_path):
         "--checks",
         "chunk.matches_reference",
     ]
-    code, out, _ = run(capsys, *argv, "--max-examples", "20", "--findings", str(tmp_path))
-    assert code == 0
+    report = tmp_path / "out" / "nearest.json"
+    code, out, _ = run(
+        capsys, *argv, "--max-examples", "20", "--findings", str(tmp_path), "--json", str(report)
+    )
+    assert code == nearest.REGRESSED, out
+    assert out.rstrip().endswith("exit 1: the changes from reference include a regression")
     assert ranking(out) == [("reference", "1 of 1", "1 regression")]
     assert re.search(r"^nearest: reference, 1 of 1 checks changed \(\d+ regression\)", out, flags=re.M)
     assert f"--- DIVERGENCE chunk.matches_reference (rule R1) on {OFF_BY_ONE} against reference" in out
@@ -68,6 +105,14 @@ def test_the_nearest_changes_are_shrunk_judged_and_saved(capsys, tmp_path):
     saved = sorted(tmp_path.glob("chunk.matches_reference-*.json"))
     assert saved
     assert f"reproduce with: mmharness replay {saved[0]} --target {OFF_BY_ONE} --against reference" in out
+    document = json.loads(report.read_text())
+    assert (document["exit"], document["regression"], document["nearest"]) == (1, True, "reference")
+    assert document["candidates"][0]["first_changes"] == {"regression": 1}
+    changes = document["changes"]
+    assert changes and all(c["change"] == "regression" and c["kind"] == "divergence" for c in changes)
+    assert {c["saved"] for c in changes} == {str(path) for path in saved}
+    replay = f"mmharness replay {saved[0]} --target {OFF_BY_ONE} --against reference"
+    assert replay in [c["replay"] for c in changes]
 
 
 @pytest.mark.parametrize(
@@ -75,6 +120,7 @@ def test_the_nearest_changes_are_shrunk_judged_and_saved(capsys, tmp_path):
     [
         (["targets", "--candidate", "reference"], "--candidate needs --nearest"),
         (["targets", "reference", "--max-examples", "5"], "--max-examples needs --nearest"),
+        (["targets", "reference", "--json", "x.json"], "--json needs --nearest"),
         (["targets", "--nearest"], "--nearest needs a target"),
         (["targets", "reference", "--nearest"], "reference is no engine's target"),
         (["targets", "reference", "--nearest", "--candidate", "mutant:nope"], "--candidate mutant:nope: "),
@@ -112,6 +158,7 @@ def test_the_ranking_puts_fewer_changed_checks_then_more_cases_alike_first():
     assert [c.identical for c in ranked] == [True, False, False, False, False]
     found = nearest.Nearest("target", ranked, 20)
     assert found.nearest.spec == "twin" and [c.spec for c in found.identical] == ["twin"]
+    assert nearest.exit_code(found) == nearest.NO_REGRESSION
     lines = nearest.ranking_lines(found)
     assert lines[1].split() == ["1", "twin", "0", "of", "1", "20", "identical"]
     assert lines[3].split()[-2:] == ["1", "neutral"]
@@ -142,12 +189,12 @@ def _digests(root: Path) -> dict[str, str]:
     return {name: hashlib.sha256((root / name).read_bytes()).hexdigest() for name in RULE_FILES}
 
 
-def _nearest_among_neighbours(capsys, spec: str) -> str:
+def _nearest_among_neighbours(capsys, spec: str, expected: int = nearest.NO_REGRESSION) -> str:
     argv = ["targets", spec, "--nearest", *(w for v in NEIGHBOURS for w in ("--candidate", f"sglang=={v}"))]
     # R2 and R5: the rules 0.5.22 (precomputed) and 0.5.23 (split) fixed, and where the reworded
     # refusal below is reached; the other checks would only add time.
     code, out, _ = run(capsys, *argv, "--max-examples", "20", "-n", "2", "--checks", "R2,R5")
-    assert code == 0, out
+    assert code == expected, out
     return out
 
 
@@ -173,7 +220,7 @@ def test_a_copy_with_one_change_is_nearest_its_release_with_that_change(capsys, 
     regression wherever that refusal is reached, shown with its shrunk case."""
     old = '"MM inputs where only some items are precomputed."'
     fork = fork_of_0523((old, '"Only some multimodal items are precomputed."'))
-    out = _nearest_among_neighbours(capsys, fork)
+    out = _nearest_among_neighbours(capsys, fork, nearest.REGRESSED)
     rows = ranking(out)
     assert rows[0][0] == "sglang==0.5.23" and rows[0][2].endswith("regression")
     assert "identical on every" not in out
@@ -198,3 +245,19 @@ def test_the_default_candidates_are_the_cached_releases_of_the_engine(
     target = sglang_release("0.5.23")
     assert nearest.engine_candidates(target, "sglang==0.5.23") == ["sglang==0.5.22"]
     assert nearest.engine_candidates(target, "/a/fork") == ["sglang==0.5.22", "sglang==0.5.23"]
+
+
+def test_the_exit_code_is_1_only_for_a_regression_of_the_nearest_and_4_when_none_compared():
+    def candidate(spec: str, change: str | None) -> nearest.Candidate:
+        outcome = nearest.SAME if change is None else nearest.CHANGED
+        return nearest.Candidate(spec, compared=(nearest.Compared("a", outcome, 3, change),))
+
+    assert (
+        nearest.exit_code(nearest.Nearest("t", [candidate("n", "fix"), candidate("far", "regression")], 5))
+        == 0
+    )
+    assert nearest.exit_code(nearest.Nearest("t", [candidate("n", "regression")], 5)) == nearest.REGRESSED
+    unusable = nearest.Candidate("broken", error="no such release")
+    assert nearest.exit_code(nearest.Nearest("t", [unusable], 5)) == nearest.NONE_COMPARED
+    document = nearest.as_json(nearest.Nearest("t", [unusable], 5), ["a"], code=4)
+    assert document["nearest"] is None and document["candidates"][0]["rank"] is None

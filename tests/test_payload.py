@@ -600,7 +600,8 @@ def test_the_env_a_case_was_saved_under_round_trips_and_a_bad_one_is_named():
     document = payload.loads_document(text)
     assert document.env == {"SGLANG_X": "1"} and document.provenance["engine"] == "sglang"
     assert payload.loads_document(payload.dumps(Case(()))).env == {}
-    for env, said in (({"1X": "1"}, "not an environment variable name: '1X'"), ({"X": 1}, "expected a string")):
+    bad_envs = (({"1X": "1"}, "not an environment variable name: '1X'"), ({"X": 1}, "expected a string"))
+    for env, said in bad_envs:
         bad = json.loads(text) | {"env": env}
         with pytest.raises(payload.PayloadError, match=said) as raised:
             payload.parse_document(bad)

@@ -22,12 +22,25 @@ NEAREST_OPTIONS = {
     "max_examples": "--max-examples",
     "checks": "--checks",
     "findings": "--findings",
+    "json": "--json",
 }
 """Options that mean something only with ``--nearest``: refused without it rather than ignored."""
+NEAREST_EXIT_CODES = """exit codes of --nearest (a CI step: does a fork regress from its nearest release?):
+  0    the nearest candidate behaves identically, or its changes are fixes and neutral changes only
+  1    the nearest candidate's changes include a regression (a rule the target breaks where it holds)
+  2    usage error: bad option, unloadable target or --candidate
+  4    no candidate could be compared
+  130  interrupted by Ctrl-C (SIGINT); the ranking (and --json) keeps the candidates that finished
+  143  terminated (SIGTERM); likewise"""
 
 
 def add_parser(sub) -> None:
-    targets = sub.add_parser("targets", help="list targets, or describe one (--nearest: where it sits)")
+    targets = sub.add_parser(
+        "targets",
+        help="list targets, or describe one (--nearest: where it sits)",
+        epilog=NEAREST_EXIT_CODES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     targets.add_argument("spec", nargs="?")
     engine_option(targets)
     env_option(targets)
@@ -58,6 +71,12 @@ def add_parser(sub) -> None:
     nearest.add_argument(
         "--findings", metavar="DIR", help="save the nearest's changes' shrunk cases under DIR (default: none)"
     )
+    nearest.add_argument(
+        "--json",
+        metavar="PATH",
+        help="write the ranking (each candidate's checks, identical or not), the nearest and its changes"
+        " (judgement, shrunk case; replay line with --findings) and the exit code as JSON",
+    )
 
     sub.add_parser("checks", help="list the registered checks")
 
@@ -85,6 +104,7 @@ def _targets(args: argparse.Namespace) -> int:
 
 def _nearest(args: argparse.Namespace) -> int:
     """``targets SPEC --nearest``: the candidates ranked, the identical ones, the nearest's changes."""
+    import json
     import sys
     from pathlib import Path
 
@@ -97,6 +117,7 @@ def _nearest(args: argparse.Namespace) -> int:
     check_max_examples(args.max_examples)
     workers = worker_count(args.workers)
     writable("--findings", args.findings, directory=True)
+    writable("--json", args.json)
     target = resolve_target(args.spec)
     try:
         candidates = args.candidates or nearest.engine_candidates(target, args.spec)
@@ -133,10 +154,17 @@ def _nearest(args: argparse.Namespace) -> int:
             except KeyboardInterrupt:
                 found.interrupted = True
     print("\n".join(["", *nearest.ranking_lines(found), "", *nearest.change_lines(found)]))
+    code = interrupts.exit_code() if found.interrupted else nearest.exit_code(found)
+    if args.json:
+        from mmharness import report
+
+        document = nearest.as_json(found, [c.id for c in checks], code=code)
+        report.write(args.json, json.dumps(document, indent=2) + "\n")
     if found.interrupted:
         print("\ninterrupted: the ranking holds the candidates that finished")
-        return interrupts.exit_code()
-    return 0
+    elif code == nearest.REGRESSED:
+        print(f"\nexit {code}: the changes from {found.nearest.spec} include a regression")
+    return code
 
 
 def print_description(description: dict) -> None:
