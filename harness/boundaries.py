@@ -61,6 +61,7 @@ SPLIT_CLASSES = (
     "flat grid",
     "feature rows differ from t*h*w",
     "no grid",
+    "no grid, entries differ from the spans",
 )
 """The forms of an item being split (two spans or more) that the R5 split checks must reach: each
 form processors hand a splitter, and each layout outside the rule (docs/rules.md, R5)."""
@@ -85,6 +86,8 @@ def split_classes(item: Item) -> set[str]:
     keys = dict(item.model_data)
     if item.grid_form == "absent":
         found.add("no grid")
+        if not item.precomputed and item.feature_count != len(item.spans):
+            found.add("no grid, entries differ from the spans")
         if "num_patches" in keys and any(MODEL_DATA_KEYS[key] == "patch" for key in keys):
             found.add("no grid, patch data cut by num_patches")
     elif item.grid_form == "flat":

@@ -39,7 +39,7 @@ REASONS: tuple[tuple[str, str, bool], ...] = (
     (r"cuda_ipc|CudaIpc|(?<![A-Za-z])ipc(?![A-Za-z])|_ipc\b", "IPC", False),
     (
         r"\bis_cuda\b|torch\.cuda\b|\.type\s*[!=]=\s*[\"']cuda|[\"']cuda[\"']\s*[!=]=|device\s*[!=]=\s*[\"']cuda"
-        r"|\.cuda\(\)|pin_memory|non_blocking",
+        r"|\.cuda\(\)|pin_memory|non_blocking|\bhost_offload_event\b",  # SGLang's torch.cuda.Event
         "CUDA",
         False,
     ),
@@ -51,7 +51,8 @@ REASONS: tuple[tuple[str, str, bool], ...] = (
     ),
     (
         r"tp_size\s*>\s*1|\b(?:pp|dp|ep|cp)_size\s*>\s*1|torch\.distributed|\bdist\.|get_tensor_model_parallel"
-        r"|get_(?:pp|dp|tp)_group|world_size|is_driver_worker|\brank\b",
+        r"|get_(?:pp|dp|tp)_group|world_size|is_driver_worker|\brank\b"
+        r"|\buse_data_parallel\b",  # a vision tower sharded over data-parallel ranks
         "distributed",
         False,
     ),

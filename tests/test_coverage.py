@@ -171,6 +171,10 @@ def f(x, tp_size, device):
         a = 6
     if x > 3:
         a = 7
+    if host_offload_event is not None and x:
+        a = 8
+    if self.use_data_parallel:
+        a = 9
     return a
 """
 
@@ -186,6 +190,8 @@ def f(x, tp_size, device):
         (14, False, "CUDA"),  # the branch line never ran: its enclosing block's condition says why
         (16, True, "CUDA"),
         (18, True, reach.NOT_REACHED),
+        (20, True, "CUDA"),  # SGLang's host offload waits on a torch.cuda.Event
+        (22, True, "distributed"),  # a vision tower sharded over data-parallel ranks
     ],
 )
 def test_the_classifier_reads_the_guarding_source(line, executed, reason):

@@ -287,6 +287,11 @@ def test_split_classes_of_hand_made_items():
         "list or tuple model data",
     }
     assert boundaries.split_classes(Item(((0, 1), (3, 4)), 1)) == set(), "no R5 data: no split class"
+    # An audio clip of two runs with one feature entry (SGLang's splitter must keep it whole).
+    clip = Item(((0, 1), (3, 4)), 1, modality="audio", grid=((1, 1, 1),) * 2, grid_form="absent")
+    differ = "no grid, entries differ from the spans"
+    assert boundaries.split_classes(replace(clip, feature_rows=1)) == {"no grid", differ}
+    assert differ not in boundaries.split_classes(replace(clip, feature_rows=2))
 
 
 def test_the_metamorphic_split_check_reaches_every_split_class_too():

@@ -49,7 +49,12 @@ _FORMS: dict[str, Any] = {
 SPLIT_BRANCHES: tuple[dict[str, Any], ...] = (
     {"modalities": ("image",), **_FORMS},
     {"modalities": ("video",), **_FORMS},
-    {"modalities": ("image", "video", "audio"), "grid_forms": ("absent",), **_FORMS},
+    {
+        "modalities": ("image", "video", "audio"),
+        "grid_forms": ("absent",),
+        "layouts": ("aligned", "feature_rows_differ"),
+        **_FORMS,
+    },
     {
         "modalities": ("image", "video"),
         "grid_forms": ("rows", "flat"),
@@ -59,7 +64,8 @@ SPLIT_BRANCHES: tuple[dict[str, Any], ...] = (
     {"modalities": ("image", "video"), "layouts": ("feature_rows_differ",), **_FORMS},
 )
 """The split checks' examples, one branch each (so each gets its share of the CI budget): images, a
-grid row per span; videos, a span per frame or per video; items without a grid (an entry per span);
+grid row per span; videos, a span per frame or per video; items without a grid (an entry per span,
+or entries that match no span: an audio clip of several runs, a video's frames without its grid);
 and the layouts outside the rule: flat grids, grid rows that match no span layout, feature rows off
 the grid's ``t*h*w`` total (with the grid rows off too, or alone)."""
 
