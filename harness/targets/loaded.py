@@ -43,8 +43,9 @@ class LoadedTarget(Target):
     def __init__(self, engine: loader.Engine, name: str) -> None:
         self.engine = engine
         self.name = name
-        self.digests = file_digests(engine.source.files)
-        """The sha256 of each engine file read, by its path in the package, as the load found them."""
+        self.digests = file_digests({**engine.source.files, **engine.followed})
+        """The sha256 of each engine file read, by its path in the package, as the load found them (a
+        module followed into the target's tree included: its code is the target's too)."""
 
     # describe ---------------------------------------------------------------------
 
@@ -57,7 +58,11 @@ class LoadedTarget(Target):
             "source": engine.source.origin,
             "loaded": "installed package (imported normally)" if engine.installed else "by path",
             **self.package_field(),
-            "files": [str(engine.source.files[n]) for n in engine.source.files if n in engine.modules],
+            "files": [
+                *(str(engine.source.files[n]) for n in engine.source.files if n in engine.modules),
+                *map(str, engine.followed.values()),
+            ],
+            **self.followed_fields(),
             "digests": self.digests,
             **self.engine_fields(),
             "notes": self.notes(),
@@ -80,6 +85,21 @@ class LoadedTarget(Target):
             return {}
         return {"package": f"{source.package} (loaded as {canonical})"}
 
+    def followed_fields(self) -> dict[str, dict[str, str]]:
+        """``followed`` (each module run from the target's tree that no layout names: its file, and the
+        module whose import brought it in) and ``not_followed`` (a module there that stayed a stub, and
+        why); each only when it has entries, so a release's description is as it always was."""
+        engine, record = self.engine, self.engine.record
+        fields: dict[str, dict[str, str]] = {}
+        if engine.followed:
+            fields["followed"] = {
+                name: f"{path} (imported by {record.followed[name]})"
+                for name, path in sorted(engine.followed.items())
+            }
+        if record.unfollowed:
+            fields["not_followed"] = dict(sorted(record.unfollowed.items()))
+        return fields
+
     def engine_fields(self) -> dict[str, Any]:
         """The engine's own ``describe()`` fields, ``capability_fields`` where it shows them."""
         return self.capability_fields()
@@ -100,6 +120,12 @@ class LoadedTarget(Target):
         if self.engine.errors:
             notes.append("files that did not load: " + ", ".join(sorted(self.engine.errors)))
         record = self.engine.record
+        if self.engine.followed:
+            run = ", ".join(f"{name} (imported by {record.followed[name]})" for name in self.engine.followed)
+            notes.append(f"modules of the target's own tree run from its code (no layout names them): {run}")
+        if record.unfollowed:
+            stubbed = "; ".join(f"{name} ({why})" for name, why in sorted(record.unfollowed.items()))
+            notes.append(f"modules of the target's tree served from stubs: {stubbed}")
         if record.settings_note:
             notes.append(record.settings_note)
         if record.settings:

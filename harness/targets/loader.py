@@ -19,6 +19,19 @@ layout, importing ``myfork.srt...``): ``Layout.package_dir`` finds a package by 
 files, not its name, and the namespace serves the fork's imports of itself as the
 engine's own names, so an adapter finds its modules as it finds the engine's.
 
+A fork may also move part of its scheduling code into a module of its own
+(``srt/managers/mm_helpers.py``) that a loaded file imports. A layout's
+``follow`` directories bound what is followed into the target's tree
+(``Namespace.follows``): a module imported at load time by a loaded file lying
+in one of them, with its own plain ``.py`` file there, not one of the layout's
+``never`` files (those the harness reads, or loads in another layout), whose top
+level only defines names (``work_on_import``: no bare call, loop or ``with``,
+so no engine initialisation runs), is executed from the tree like the layout's
+files, its own imports served the same way, recursively; anything else stays a
+stub as before. A followed module that raises is served as a stub, the error
+noted (``Record.unfollowed``). The cached releases hold no such file, so they
+load exactly as before.
+
 A load may opt in to serving named third-party top-level packages from recorded
 stubs too, when they are not installed (the payload parsers import ``msgspec``,
 ``zmq``, ``PIL``, ``transformers`` at module level and never use them in the
@@ -33,6 +46,7 @@ keyed by the file's path and bytes) under the harness cache directory.
 
 from __future__ import annotations
 
+import ast
 import builtins
 import functools
 import hashlib
@@ -78,6 +92,13 @@ class Layout:
     """Engine module name -> file relative to the package directory, in load order."""
     kind: str = "rules"
     """What the files hold, for error messages (``rules``, ``payload parsers``)."""
+    follow: tuple[str, ...] = ()
+    """Directories (relative to the package directory) whose modules a load follows: an engine module
+    imported by a file in one of them, with its own file in one of them, runs from the target's tree
+    instead of being stubbed (``Namespace.follows`` states the whole rule). Empty: nothing is followed."""
+    never: frozenset[str] = frozenset()
+    """Files (relative to the package directory) never followed: those the harness reads without running
+    them, or loads in another layout, whose names the engine's shims stand in for."""
 
     @property
     def single_files(self) -> dict[str, str]:
@@ -289,8 +310,21 @@ class Namespace:
     aliases: frozenset[str] = frozenset()
     """Other top-level names served as ``package``: a renamed fork's own (``myfork.srt.x`` is the engine
     module ``sglang.srt.x``), so adapters find its modules by the engine's names."""
+    root: Path | None = None
+    """The target's package directory, where followed modules are found; ``None`` (a lone file): none."""
+    follow: tuple[str, ...] = ()
+    """``Layout.follow``: the directories whose modules are followed."""
+    never: frozenset[str] = frozenset()
+    """``Layout.never``: files never followed."""
+    loading: bool = True
+    """Set to ``False`` when the load is over: an import made at call time is never followed."""
 
     def __post_init__(self) -> None:
+        self.followed: dict[str, Path] = {}
+        """Engine module name -> its file, for each module followed into the target's tree."""
+        self._followable: dict[str, Path | None] = {}
+        self._listings: dict[str, frozenset[str]] = {}
+        self._importers: dict[str, bool] = {}
         self.builtins = dict(vars(builtins))
         self.builtins["__import__"] = self.import_
         # Engine modules that log through ``logging.getLogger(__name__)`` log under the tag: keep it quiet.
@@ -338,6 +372,7 @@ class Namespace:
     ) -> Any:
         """``__import__`` for engine code: the engine's names from this namespace, the rest as usual."""
         top = name.partition(".")[0]
+        importer = (globals or {}).get("__mm_engine_name__")
         if level:
             name = _resolve_relative(name, (globals or {}).get("__package__") or "", level)
         elif top in self.aliases:
@@ -348,31 +383,112 @@ class Namespace:
             self.stub_packages = self.stub_packages | {top}
         elif top != self.package:
             self.record.packages.add(top)
-        module = self.module(name)
+        module = self.module(name, importer)
         if not fromlist:
             return self.module(name.partition(".")[0])
         for attr in fromlist:
             child = f"{name}.{attr}"
-            if child in self.files and attr not in module.__dict__:
-                self.module(child)
+            if attr not in module.__dict__ and (child in self.files or self.follows(child, importer)):
+                self.module(child, importer)
         return module
 
-    def module(self, name: str) -> types.ModuleType:
-        """The engine module ``name``, loading or stubbing it (and its parents) on first use."""
+    def module(self, name: str, importer: str | None = None) -> types.ModuleType:
+        """The engine module ``name``, loading, following (``follows``, imported by ``importer``) or
+        stubbing it (and its parents) on first use."""
         found = self.modules.get(name)
         if found is not None:
             return found
         parent, _, leaf = name.rpartition(".")
         if name in self.files:
             module = self._execute(name)
+        elif importer is not None and self.follows(name, importer):
+            module = self._follow(name, importer)
         else:
             module = self.modules[name] = StubModule(name, self)
         if parent:
             setattr(self.module(parent), leaf, module)
         return module
 
+    def follows(self, name: str, importer: str | None) -> bool:
+        """Whether the engine module ``name``, imported by the engine module ``importer``, runs from the
+        target's tree rather than from a stub.
+
+        All of: the load is still running (an import made at call time, the engine's way of deferring a
+        heavy module, stays stubbed); ``importer`` is a file the load runs that lies in one of the
+        layout's ``follow`` directories (the scheduling code's neighbourhood, not a model file's); and
+        ``name`` has its own file there (``_followable``). Releases as the harness caches them hold no
+        such file, so they load as they always did.
+        """
+        if not self.loading or importer is None:
+            return False
+        if importer not in self._importers:
+            rules_side = self._file_of(importer) is not None and self._in_follow(self._rel(importer))
+            self._importers[importer] = bool(rules_side)
+        return self._importers[importer] and self._followable_file(name) is not None
+
+    def _rel(self, name: str) -> str | None:
+        """The file an engine module of the package would have, relative to the package directory."""
+        if not name.startswith(f"{self.package}."):
+            return None
+        return name[len(self.package) + 1 :].replace(".", "/") + ".py"
+
+    def _in_follow(self, rel: str | None) -> str | None:
+        """``rel`` when it lies in one of the ``follow`` directories and is not one of ``never``."""
+        if rel is None or rel in self.never:
+            return None
+        return rel if any(rel.startswith(f"{directory}/") for directory in self.follow) else None
+
+    def _file_of(self, name: str) -> Path | None:
+        return self.files.get(name) or self.followed.get(name)
+
+    def _followable_file(self, name: str) -> Path | None:
+        """The file of ``name`` in the target's tree when the module may be followed: a plain module
+        (never a package's ``__init__``, which gathers and registers) in a ``follow`` directory, not one
+        of ``never``, whose top level only defines names (``work_on_import``); else ``None``, and a file
+        refused for the work its top level does is noted in ``record.unfollowed``."""
+        if name in self._followable:
+            return self._followable[name]
+        rel = self._in_follow(self._rel(name))
+        path = self.root / rel if self.root is not None and rel is not None and self._listed(rel) else None
+        if path is not None and not path.is_file():
+            path = None
+        if path is not None:
+            work = work_on_import(path)
+            if work is not None:
+                self.record.unfollowed[name] = f"stubbed: its top level does work on import ({work})"
+                path = None
+        self._followable[name] = path
+        return path
+
+    def _listed(self, rel: str) -> bool:
+        """Whether ``rel``'s directory lists its name: one listing a directory, not a stat a name
+        (every name a ``from ... import`` takes is asked about)."""
+        directory, _, file = rel.rpartition("/")
+        if directory not in self._listings:
+            try:
+                self._listings[directory] = frozenset(os.listdir(Path(self.root or ".") / directory))
+            except OSError:
+                self._listings[directory] = frozenset()
+        return file in self._listings[directory]
+
+    def _follow(self, name: str, importer: str) -> types.ModuleType:
+        """Run a followed module from the tree; one that raises is served as a stub, the error noted."""
+        path = self._followable_file(name)
+        assert path is not None  # follows() said so
+        self.followed[name] = path
+        self.record.followed[name] = importer
+        try:
+            return self._execute(name)
+        except Exception as error:  # the fork's module cannot run here: a stub, as before, said why
+            del self.followed[name], self.record.followed[name]
+            raised = f"{type(error).__name__}: {error}".splitlines()[0]
+            self.record.unfollowed[name] = f"stubbed: raised {raised}"
+            module = self.modules[name] = StubModule(name, self)
+            return module
+
     def _execute(self, name: str) -> types.ModuleType:
-        path = self.files[name]
+        path = self._file_of(name)
+        assert path is not None
         code = compiled(path)
         if self.transform is not None:
             code = self.transform(name, code)
@@ -395,6 +511,66 @@ class Namespace:
         return module
 
 
+_DEFINES = (
+    ast.Import,
+    ast.ImportFrom,
+    ast.FunctionDef,
+    ast.AsyncFunctionDef,
+    ast.ClassDef,
+    ast.Assign,
+    ast.AnnAssign,
+    ast.AugAssign,
+    ast.Pass,
+    ast.Raise,
+)
+
+
+def work_on_import(path: Path) -> str | None:
+    """Where a module's top level does more than define names, or ``None`` when it only defines them.
+
+    Defining is: imports, functions, classes, assignments (a call on the right, ``logger =
+    logging.getLogger(__name__)``, included), docstrings, ``raise``, and ``if``/``try`` blocks made of
+    these (an ``if __name__ == "__main__":`` block never runs on import). Anything else (a bare call
+    that registers, initialises or starts something; a loop; a ``with``) is work on import: such a
+    module is not followed. A file that does not parse is left to the stub too.
+    """
+    try:
+        tree = ast.parse(path.read_bytes(), str(path))
+    except (OSError, SyntaxError, ValueError) as error:
+        return f"does not parse: {type(error).__name__}"
+    return _work_in(tree.body)
+
+
+def _work_in(body: list[ast.stmt]) -> str | None:
+    for statement in body:
+        if isinstance(statement, _DEFINES):
+            continue
+        if isinstance(statement, ast.Expr) and isinstance(statement.value, ast.Constant):
+            continue  # a docstring
+        if isinstance(statement, ast.If):
+            if _is_main_guard(statement.test):
+                continue
+            found = _work_in(statement.body) or _work_in(statement.orelse)
+        elif isinstance(statement, ast.Try):
+            handlers = (handler.body for handler in statement.handlers)
+            blocks = [statement.body, *handlers, statement.orelse, statement.finalbody]
+            found = next(filter(None, map(_work_in, blocks)), None)
+        else:
+            found = f"line {statement.lineno}: {ast.unparse(statement).splitlines()[0][:60]}"
+        if found is not None:
+            return found
+    return None
+
+
+def _is_main_guard(test: ast.expr) -> bool:
+    return (
+        isinstance(test, ast.Compare)
+        and isinstance(test.left, ast.Name)
+        and test.left.id == "__name__"
+        and any(isinstance(c, ast.Constant) and c.value == "__main__" for c in test.comparators)
+    )
+
+
 def _resolve_relative(name: str, package: str, level: int) -> str:
     base = package.rsplit(".", level - 1)[0] if level > 1 else package
     return f"{base}.{name}" if name else base
@@ -414,6 +590,8 @@ class Engine:
     shims: Any
     load_seconds: float
     installed: bool = False
+    followed: dict[str, Path] = field(default_factory=dict)
+    """The modules followed into the source's tree (``Layout.follow``): engine module name -> file."""
 
     def module(self, name: str) -> types.ModuleType | None:
         return self.modules.get(name)
@@ -432,7 +610,9 @@ def load(
     """Execute the source's engine files in a fresh private namespace, in the layout's order.
 
     A file that fails to execute is kept out and its error recorded (the adapter
-    then lacks what it held); ``sys.modules`` is left as it was found.
+    then lacks what it held); ``sys.modules`` is left as it was found. The modules
+    followed into the source's tree (``Layout.follow``, ``Namespace.follows``) are
+    among the engine's modules, and in ``record.followed`` with their importer.
     ``shims`` makes the engine's stand-ins for this load's record;
     ``stub_packages`` names third-party top-level packages to serve from recorded
     stubs when they are not installed (an installed one is used for real);
@@ -456,6 +636,9 @@ def load(
         transform=transform,
         loud=loud,
         aliases=frozenset(filter(None, [source.alias(layout)])),
+        root=source.package_dir,
+        follow=layout.follow,
+        never=layout.never,
     )
     errors: dict[str, str] = {}
     order = list(layout.files)
@@ -464,8 +647,13 @@ def load(
             namespace.module(name)
         except Exception as error:  # an engine file we cannot run: report it, keep the rest
             errors[name] = f"{type(error).__name__}: {error}".splitlines()[0]
+    namespace.loading = False
     record.armed = loud
-    real = {name: namespace.modules[name] for name in source.files if name in namespace.modules}
+    real = {
+        name: namespace.modules[name]
+        for name in [*source.files, *namespace.followed]
+        if name in namespace.modules
+    }
     return Engine(
         source=source,
         modules=real,
@@ -473,6 +661,7 @@ def load(
         record=record,
         shims=engine_shims,
         load_seconds=time.perf_counter() - started,
+        followed=dict(namespace.followed),
     )
 
 

@@ -51,6 +51,11 @@ class Record:
     ``mmharness.targets.settings``."""
     settings_note: str | None = None
     """Why the engine's settings declarations are not at hand, when they are not (a note of the target)."""
+    followed: dict[str, str] = field(default_factory=dict)
+    """Engine modules run from the target's own tree although no layout names them (a fork's helper
+    module, see ``loader.Namespace.follows``): module -> the engine module that imported it."""
+    unfollowed: dict[str, str] = field(default_factory=dict)
+    """Modules in the followed directories that stayed stubs: module -> why (work on import, an error)."""
 
     def reach(self, name: str) -> StubReached:
         self.reached.append(name)

@@ -29,6 +29,18 @@ the rules, which import it by the package's name."""
 
 ITEM_FILE = "srt/managers/schedule_batch.py"
 """Read (never run) for the fields of the release's ``MultimodalDataItem``."""
+SETTINGS_FILE = "srt/environ.py"
+"""Read (never run) for the settings the release declares (``mmharness.engines.sglang.settings``)."""
+REQUEST_FILE = "srt/managers/io_struct.py"
+PROCESSOR_FILE = "srt/multimodal/processors/base_processor.py"
+
+FOLLOW = ("srt/managers", "srt/mem_cache", "srt/multimodal")
+"""Where the scheduling code and its helpers live: a module a fork adds there (its chunked prefill moved
+to a helper module of its own), imported at load time by a rules-side file, runs from the fork's tree
+(``loader.Namespace.follows``). Model, layer, distributed and utility modules stay stubs."""
+NEVER = frozenset({ITEM_FILE, SETTINGS_FILE, REQUEST_FILE, PROCESSOR_FILE})
+"""Never followed: the files the harness reads (the item type, the settings) or loads as the payload
+parsers, whose names the shims stand in for."""
 
 RULES = Layout(
     package=PACKAGE,
@@ -42,6 +54,8 @@ RULES = Layout(
         KIMI_MODULE: "srt/models/kimi_k3.py",
     },
     kind="multimodal scheduling rules",
+    follow=FOLLOW,
+    never=NEVER,
 )
 """The scheduling targets: the cache first, so the rules find it loaded; then EVS's two modules, the
 result type subclassing the cache's ``EmbeddingResult`` (``evs_module`` imports ``evs_core``, so
@@ -56,15 +70,12 @@ PARSERS = Layout(
     package=PACKAGE,
     marker="srt",
     files={
-        REQUEST_MODULE: "srt/managers/io_struct.py",
-        PROCESSOR_MODULE: "srt/multimodal/processors/base_processor.py",
+        REQUEST_MODULE: REQUEST_FILE,
+        PROCESSOR_MODULE: PROCESSOR_FILE,
     },
     kind="payload parsers",
 )
 """The payload parsers the fuzzers load."""
-
-SETTINGS_FILE = "srt/environ.py"
-"""Read (never run) for the settings the release declares (``mmharness.engines.sglang.settings``)."""
 
 RELEASE_MEMBERS = (
     *(f"{PACKAGE}/{rel}" for rel in (*RULES.files.values(), *PARSERS.files.values())),
