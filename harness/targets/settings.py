@@ -165,14 +165,16 @@ def unknown_use(record: Record, what: str, message: str) -> Any:
 
 
 def undeclared_message(name: str, declarations: Declarations) -> str:
+    """A setting read and declared nowhere: ``--env`` cannot help, since a declaration gives the type a
+    set value is parsed as (and the methods the field answers), and the harness guesses neither."""
     if declarations.absent is not None:
         return (
             f"the engine read setting {name}, and its declarations are not at hand ({declarations.absent});"
-            f" give the whole package, or set it with --env {name}=VALUE"
+            " give the whole package, with the file that declares its settings"
         )
     return (
-        f"the engine read setting {name}, which {declarations.where} does not declare; the harness does"
-        f" not guess its value (set it with --env {name}=VALUE)"
+        f"the engine read setting {name}, which {declarations.where} does not declare; the harness takes a"
+        " setting's type and default from its declaration and guesses neither (declare it there)"
     )
 
 
