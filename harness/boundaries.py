@@ -39,10 +39,11 @@ CONVENTION_CLASSES = {
     "items of two modalities interleaved": ("embed_mask.matches_reference",),
     "per-request lists shorter than the batch": ("prefill.short_lists",),
     "a request with items past the lists' end": ("prefill.short_lists",),
+    "an EVS-pruned video": ("embed_mask.matches_reference", "prefill.matches_reference"),
 }
 """Classes of the engines' calling conventions (docs/rules.md, R3 and R3e), each with the checks whose
 CI run must reach it: SGLang embeds each modality apart and reads each item's modality to do so, and
-EAGLE hands per-request lists shorter than the batch."""
+EAGLE hands per-request lists shorter than the batch, and EVS moves a pruned video's placeholders."""
 
 
 SPLIT_CLASSES = (
@@ -149,6 +150,8 @@ def convention_classes(case: Case) -> set[str]:
             found.add("image, video and audio in one request")
         if k >= case.listed and request.items:
             found.add("a request with items past the lists' end")
+        if any(item.frame_rows for item in request.items):
+            found.add("an EVS-pruned video")
     if case.listed < len(case.requests):
         found.add("per-request lists shorter than the batch")
     return found

@@ -27,6 +27,7 @@ from mmharness.targets.base import Encoder, HarnessGap
 from mmharness.targets.engine_model import EngineModel
 from mmharness.targets.reference import ReferenceTarget
 from mmharness.targets.specs import resolve
+from test_evs import EVS_SKIP  # 0.5.23's known EVS skip, shared with its tests
 
 CHECKS = all_checks()
 
@@ -137,10 +138,17 @@ TWO_IMAGES = Case(
 )
 
 
-def _copy(sglang_release, version: str, seeded_copy, file: str, old: str, new: str) -> SGLangTarget:
-    """A copy of a release with one line of ``srt/managers/file`` changed (the line must occur once)."""
+def _copy(
+    sglang_release, version: str, seeded_copy, file: str, old: str, new: str, *, evs_fixed: bool = False
+) -> SGLangTarget:
+    """A copy of a release with one line of ``srt/managers/file`` changed (the line must occur once);
+    ``evs_fixed``: 0.5.23 without its known EVS skip too (tests/test_evs.py), so that a check drawing
+    EVS-pruned videos passes unless the changed line fails it."""
     root = Path(sglang_release(version).describe()["source"])
-    return resolve(str(seeded_copy(root, [(f"sglang/srt/managers/{file}", old, new)])))
+    edits = [(f"sglang/srt/managers/{file}", old, new)]
+    if evs_fixed:
+        edits.append(("sglang/srt/managers/mm_schedule.py", EVS_SKIP, ""))
+    return resolve(str(seeded_copy(root, edits)))
 
 
 @pytest.mark.network
@@ -223,6 +231,7 @@ def test_offsets_of_another_modality_in_a_modality_call_are_found(sglang_release
         "mm_utils.py",
         "flatten_nested_list([item.offsets for item in mm_items])",
         "flatten_nested_list([item.offsets for item in mm_inputs.mm_items])",
+        evs_fixed=True,
     )
     result = run_check(CHECKS["embed_mask.matches_reference"], target, stop_at=(DIVERGENCE,))
     assert result.status == DIVERGENCE, result.reason
@@ -242,6 +251,7 @@ def test_an_unguarded_extend_length_is_found_only_with_short_lists(sglang_releas
         "mm_schedule.py",
         "extend_seq_len = extend_length[i] if i < len(extend_length) else 0",
         "extend_seq_len = extend_length[i]",
+        evs_fixed=True,
     )
     assert run_check(CHECKS["prefill.short_lists"], target, stop_at=(DIVERGENCE,)).status == DIVERGENCE
     # the whole budget, hazards unshrunk: the search ends early only at what fails the test

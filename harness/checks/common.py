@@ -16,6 +16,7 @@ from mmharness.targets.reference import ReferenceTarget
 if TYPE_CHECKING:
     from hypothesis.strategies import SearchStrategy
     from mmharness.checks.registry import Example, Property
+    from mmharness.targets.base import Target
 
 REFERENCE = ReferenceTarget()
 
@@ -23,6 +24,28 @@ REFERENCE = ReferenceTarget()
 def plain(cases: SearchStrategy[Case]) -> SearchStrategy[Example]:
     """Examples that are just a case (no extra parameters)."""
     return cases.map(lambda case: (case, {}))
+
+
+UNDECLARED_EVS = "EVS-pruned videos: the target does not say it receives them (it has no unreceived method)"
+
+
+def unreceived(target: Target, case: Case) -> str | None:
+    """Why the target never receives this case (``Target.unreceived``, optional), or ``None``: input its
+    engine's own processors never hand it is no test of it, so a check leaves it out (an EVS-pruned
+    video for a release without EVS, items of two modalities interleaved for vLLM); an SGLang
+    release's notes then say EVS was left out (the run's untested report), so a pass is not read as
+    covering it.
+
+    EVS is one engine's convention (vLLM's differs), so a target without ``unreceived`` (the engine
+    model and its mutants, an adapter of one's own) is given no EVS-pruned video: only the reference
+    and the targets that say which cases they receive are.
+    """
+    why = getattr(target, "unreceived", None)
+    if why is not None:
+        return why(case)
+    if isinstance(target, ReferenceTarget) or not any(item.frame_rows for _, _, item in case.items()):
+        return None
+    return UNDECLARED_EVS
 
 
 def with_window(case: Case, request: int, prefix_len: int, extend_len: int) -> Case:

@@ -7,7 +7,7 @@ from dataclasses import replace
 from functools import partial
 
 from mmharness import reference, tensors
-from mmharness.checks.common import plain, refused_partial
+from mmharness.checks.common import plain, refused_partial, unreceived
 from mmharness.checks.outcome import (
     Failure,
     Hazard,
@@ -25,13 +25,17 @@ from mmharness.targets.base import EMBED_AND_MASK, PRECOMPUTED, UNLIMITED_CACHE,
 
 def _cases(device: str):
     """Every batch the end-to-end path receives, items of two modalities interleaved among them (an
-    audio track in its video's gaps: the engine embeds each modality apart and scatters by the mask)."""
+    audio track in its video's gaps: the engine embeds each modality apart and scatters by the mask),
+    and one-request batches with an EVS-pruned video (the engine moves its placeholders to the rows
+    each frame kept, and the mask must follow; only a one-request batch holds one, so the branch draws
+    no other): each a branch of its own, so both come early."""
     from hypothesis import strategies as st
     from mmharness import strategies as mst
 
     return st.one_of(
         plain(mst.cases(min_items_total=1, device=device)),
         plain(mst.cases(min_items_total=1, interleaved=True, device=device)),
+        plain(mst.cases(min_requests=1, max_requests=1, min_items_total=1, evs=True, device=device)),
     )
 
 
@@ -51,13 +55,6 @@ def matches_reference(target: Target, case: Case, params: dict) -> None:
     """
     if unreceived(target, case) is None:
         compare(target, case, Encoder(case), target.new_cache(UNLIMITED_CACHE))
-
-
-def unreceived(target: Target, case: Case) -> str | None:
-    """Why the target never receives this case (``Target.unreceived``, optional), or ``None``: input its
-    engine's own processors never hand it is no test of it."""
-    why = getattr(target, "unreceived", None)
-    return None if why is None else why(case)
 
 
 def compare(

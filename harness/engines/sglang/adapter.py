@@ -278,6 +278,8 @@ class SGLangTarget(LoadedTarget):
         evs_module = engine.modules.get(layout.EVS_MODULE)
         self._evs_item = "VideoEVSDataItem" if hasattr(evs_module, "VideoEVSDataItem") else None
         """The item type of its own a release's EVS code asserts (early EVS releases), or ``None``."""
+        self._left_out: set[str] = set()
+        """Why the cases ``unreceived`` left out were (a note once a check has drawn one)."""
         self._collectives = getattr(engine.shims, "collectives", None)
         if self._collectives is not None and not engine.installed:
             # torch.distributed as a process group of one, in the loaded modules' torch and their
@@ -299,6 +301,7 @@ class SGLangTarget(LoadedTarget):
             "functions": {name: found.describe() for name, found in self.functions.found.items()},
             "cache": self._cache_origin(),
             "item_type": self._item_origin(),
+            "item_fields": self._item_fields(),
             "path_switch": self.functions.path_switch,
             "path_switches": list(self.functions.path_switches),
             "paths": list(self.paths),
@@ -312,10 +315,13 @@ class SGLangTarget(LoadedTarget):
         }
 
     def release_notes(self) -> list[str]:
-        """The forms' notes (an unknown form, called or not, with each parameter not supplied), then what
-        the engine asked of its process group of one (collectives reached, multi-rank paths untested)."""
+        """The forms' notes (an unknown form, called or not, with each parameter not supplied), the EVS
+        videos a check drew and left out (``unreceived``: untested, so the fork report says so), then
+        what the engine asked of its process group of one (collectives reached, multi-rank paths
+        untested)."""
         reached = [] if self._collectives is None else self._collectives.notes()
-        return [*self.functions.notes, *reached]
+        left_out = sorted(f"{why}: drawn and left out, so EVS is not tested" for why in self._left_out)
+        return [*self.functions.notes, *left_out, *reached]
 
     def stand_in_notes(self) -> list[str]:
         notes = []
@@ -359,6 +365,19 @@ class SGLangTarget(LoadedTarget):
             return "harness shim with the common fields"
         return f"harness shim with the fields of {schema.origin}"
 
+    def _item_fields(self) -> dict[str, Any] | None:
+        """The fields (with their defaults) and method names of the item type read from the release's
+        ``schedule_batch.py``: what the engine's code meets on an item, so part of what decides its
+        behaviour (``baseline.behaviour_key``), where ``item_type`` names only the file. ``None`` for
+        the installed package's own type and the common fields (``item_type`` says which)."""
+        schema = getattr(self._item_type, "_mm_schema", None)
+        if self.engine.installed or schema is None:
+            return None
+        return {
+            "fields": {name: repr(value) for name, value in schema.defaults().items()},
+            "methods": sorted(schema.methods),
+        }
+
     # calling the engine ---------------------------------------------------------------------
 
     def _call(self, name: str, values: dict[str, Any], **kwargs: Any) -> Any:
@@ -397,24 +416,34 @@ class SGLangTarget(LoadedTarget):
     def unreceived(self, case: Case) -> str | None:
         """Why this release never receives the case (a check then leaves it out), or ``None``.
 
-        EVS-pruned videos reach only a release whose rules read ``EVSEmbeddingResult`` (0.5.8 on).
+        EVS-pruned videos reach only a release whose rules read ``EVSEmbeddingResult`` (0.5.8 on), and
+        whose EVS code takes the harness's item: an early release's asserts its own item type, which
+        only its EVS processor makes (the harness does not build it), so its refusal would be the
+        harness's gap, not the engine's bug.
         """
-        if self._evs_type is None and any(item.frame_rows for _, _, item in case.items()):
+        if not any(item.frame_rows for _, _, item in case.items()):
+            return None
+        why = self._evs_unreceived
+        if why is not None:
+            self._left_out.add(why)
+        return why
+
+    @property
+    def _evs_unreceived(self) -> str | None:
+        """Why no EVS-pruned video reaches this release, or ``None`` where they do."""
+        if self._evs_type is None:
             return "EVS-pruned videos: its rules have no EVSEmbeddingResult (it first appears in 0.5.8)"
+        if self._evs_item is not None:
+            return (
+                "EVS-pruned videos: this release's EVSEmbeddingResult takes only its own"
+                f" {self._evs_item} (made by its EVS processor, which the harness does not build)"
+            )
         return None
 
     def _receivable(self, case: Case) -> None:
         why = self.unreceived(case)
         if why is not None:
-            raise HarnessGap(why, what="EVSEmbeddingResult")
-        if self._evs_item is not None and any(item.frame_rows for _, _, item in case.items()):
-            # Such a release's EVS code refuses any other item type; handing it the harness's item
-            # would make its refusal look like the engine's bug.
-            raise HarnessGap(
-                "EVS-pruned videos: this release's EVSEmbeddingResult takes only its own"
-                f" {self._evs_item} (made by its EVS processor, which the harness does not build)",
-                what=self._evs_item,
-            )
+            raise HarnessGap(why, what="EVSEmbeddingResult" if self._evs_type is None else self._evs_item)
 
     def _item(
         self,
@@ -755,8 +784,10 @@ class SGLangTarget(LoadedTarget):
         self, case: Case, encoder: Encoder, *, cache: Any = None
     ) -> tuple[torch.Tensor | None, torch.Tensor | None]:
         """``get_embedding_and_mask`` called once over every item (a fork without ``embed_mm_inputs``);
-        once per modality where items interleave, as the engine's caller calls it."""
-        if is_well_formed(case) and any(interleaves(r) for r in case.requests):
+        once per modality where items interleave, or where an EVS video shares its request with items of
+        another modality (the model prunes its videos' output, one video per call: a mixed call is
+        the harness's making), as the engine's caller calls it."""
+        if is_well_formed(case) and any(interleaves(r) or _evs_among_others(r) for r in case.requests):
             return self._interleaved_embedding_and_mask(case, encoder, cache=cache)
         batch = self._batch(case, precomputed=True)
         input_ids, placeholders = tensors.input_ids(case)
@@ -944,6 +975,11 @@ def _by_position(parts: list[tuple[list[Any], Any]], empty: Any) -> Any:
     if not slots:
         return blocks[0][:0] if blocks else empty
     return torch.stack([blocks[j][k] for _, j, k in slots])
+
+
+def _evs_among_others(request: Request) -> bool:
+    """Whether the request holds an EVS-pruned video and an item of another modality."""
+    return any(item.frame_rows for item in request.items) and len({i.modality for i in request.items}) > 1
 
 
 def _evs_type(engine: loader.Engine, rules: ModuleType | None) -> type | None:
