@@ -32,17 +32,20 @@ UNDECLARED_EVS = "EVS-pruned videos: the target does not say it receives them (i
 def unreceived(target: Target, case: Case) -> str | None:
     """Why the target never receives this case (``Target.unreceived``, optional), or ``None``: input its
     engine's own processors never hand it is no test of it, so a check leaves it out (an EVS-pruned
-    video for a release without EVS, items of two modalities interleaved for vLLM); an SGLang
-    release's notes then say EVS was left out (the run's untested report), so a pass is not read as
-    covering it.
+    video for a release without EVS, items of two modalities interleaved for vLLM), and the reason goes
+    to the target's ``left_out`` where it keeps one (a loaded target's notes, so the run's untested
+    report says it), so a pass is not read as covering it.
 
     EVS is one engine's convention (vLLM's differs), so a target without ``unreceived`` (the engine
     model and its mutants, an adapter of one's own) is given no EVS-pruned video: only the reference
     and the targets that say which cases they receive are.
     """
-    why = getattr(target, "unreceived", None)
-    if why is not None:
-        return why(case)
+    asked = getattr(target, "unreceived", None)
+    if asked is not None:
+        why = asked(case)
+        if why is not None and isinstance(getattr(target, "left_out", None), set):
+            target.left_out.add(why)
+        return why
     if isinstance(target, ReferenceTarget) or not any(item.frame_rows for _, _, item in case.items()):
         return None
     return UNDECLARED_EVS

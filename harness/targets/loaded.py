@@ -46,6 +46,9 @@ class LoadedTarget(Target):
         self.digests = file_digests({**engine.source.files, **engine.followed})
         """The sha256 of each engine file read, by its path in the package, as the load found them (a
         module followed into the target's tree included: its code is the target's too)."""
+        self.left_out: set[str] = set()
+        """Why the cases a check drew and left out (``checks.common.unreceived``) never reach this engine:
+        untested, so the notes (and the fork report) say so."""
 
     # describe ---------------------------------------------------------------------
 
@@ -126,6 +129,7 @@ class LoadedTarget(Target):
         if record.unfollowed:
             stubbed = "; ".join(f"{name} ({why})" for name, why in sorted(record.unfollowed.items()))
             notes.append(f"modules of the target's tree served from stubs: {stubbed}")
+        notes += sorted(f"{why}: drawn and left out, so untested" for why in self.left_out)
         if record.settings_note:
             notes.append(record.settings_note)
         if record.settings:

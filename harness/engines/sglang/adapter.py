@@ -278,8 +278,6 @@ class SGLangTarget(LoadedTarget):
         evs_module = engine.modules.get(layout.EVS_MODULE)
         self._evs_item = "VideoEVSDataItem" if hasattr(evs_module, "VideoEVSDataItem") else None
         """The item type of its own a release's EVS code asserts (early EVS releases), or ``None``."""
-        self._left_out: set[str] = set()
-        """Why the cases ``unreceived`` left out were (a note once a check has drawn one)."""
         self._collectives = getattr(engine.shims, "collectives", None)
         if self._collectives is not None and not engine.installed:
             # torch.distributed as a process group of one, in the loaded modules' torch and their
@@ -315,13 +313,10 @@ class SGLangTarget(LoadedTarget):
         }
 
     def release_notes(self) -> list[str]:
-        """The forms' notes (an unknown form, called or not, with each parameter not supplied), the EVS
-        videos a check drew and left out (``unreceived``: untested, so the fork report says so), then
-        what the engine asked of its process group of one (collectives reached, multi-rank paths
-        untested)."""
+        """The forms' notes (an unknown form, called or not, with each parameter not supplied), then what
+        the engine asked of its process group of one (collectives reached, multi-rank paths untested)."""
         reached = [] if self._collectives is None else self._collectives.notes()
-        left_out = sorted(f"{why}: drawn and left out, so EVS is not tested" for why in self._left_out)
-        return [*self.functions.notes, *left_out, *reached]
+        return [*self.functions.notes, *reached]
 
     def stand_in_notes(self) -> list[str]:
         notes = []
@@ -423,10 +418,7 @@ class SGLangTarget(LoadedTarget):
         """
         if not any(item.frame_rows for _, _, item in case.items()):
             return None
-        why = self._evs_unreceived
-        if why is not None:
-            self._left_out.add(why)
-        return why
+        return self._evs_unreceived
 
     @property
     def _evs_unreceived(self) -> str | None:
