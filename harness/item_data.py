@@ -68,14 +68,16 @@ def embedding(case: Case, item: Item) -> torch.Tensor | None:
     return tensors.item_rows(case, item) if item.precomputed else None
 
 
-def grid(item: Item) -> torch.Tensor | None:
-    """The grid as the engine item carries it: ``[N, 3]``, one row as ``[3]``, or ``None`` (absent)."""
+def grid(item: Item) -> Any:
+    """The grid as the engine item carries it: ``[N, 3]``, one row as ``[3]``, or ``None`` (absent), in
+    the item's ``feature_form``: a processor that hands numpy arrays or lists hands its grid so too (the
+    splitters test a grid's rank for tensors, arrays and nested sequences alike)."""
     if item.grid_form == "absent":
         return None
     import torch
 
     value = torch.tensor([list(row) for row in item.grid], dtype=torch.long).reshape(-1, 3)
-    return value.reshape(-1) if item.grid_form == "flat" else value
+    return in_form(value.reshape(-1) if item.grid_form == "flat" else value, item.feature_form, plain=True)
 
 
 def model_data(case: Case, item: Item) -> dict[str, Any]:

@@ -87,7 +87,7 @@ class Item:
     """How the engine item carries ``grid`` (``GRID_FORMS``); ``absent``: not at all, its rows then
     only size the per-image patches (``num_patches``) (R5)."""
     feature_form: str = "tensor"
-    """The container of the item's vision features and model data (``FEATURE_FORMS``) (R5)."""
+    """The container of the item's vision features, grid and model data (``FEATURE_FORMS``) (R5)."""
     feature_rows: int | None = None
     """Feature rows (first dimension) when not the grid's ``t*h*w`` total: one per image, or a
     mismatch on purpose; ``None``: they agree (R5)."""

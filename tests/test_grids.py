@@ -387,6 +387,9 @@ def test_the_adapter_hands_the_splitter_each_form_and_reads_the_parts_back(recor
     assert item_data.read_grid(grid) == (
         ((), "absent") if item.grid_form == "absent" else (item.grid, item.grid_form)
     )
+    if grid is not None:  # in the item's container, as its processor hands the grid with its features
+        container = {"tensor": "Tensor", "numpy": "ndarray", "list": "list", "tuple": "tuple"}
+        assert type(grid).__name__ == container[item.feature_form]
     assert data.keys() == whole.model_data.keys()
     assert engine_item.offsets == [tuple(span) for span in item.spans]
     assert item_data.view(part) == item_data.view(whole), "an item left whole reads back as itself"
@@ -395,7 +398,22 @@ def test_the_adapter_hands_the_splitter_each_form_and_reads_the_parts_back(recor
 def test_a_splitter_that_splits_nothing_is_caught_on_images_and_videos(recording):
     result = run_check(CHECKS["grid.split_matches_reference"], recording)
     assert result.status == DIVERGENCE
-    assert "split items: fewer entries" in {f.signature for f in result.findings}
+    fewer = {f.signature for f in result.findings if f.signature.startswith("split items: fewer entries")}
+    assert any("(image, a span per grid row; " in s for s in fewer), fewer
+    assert any("(video, a span per frame; video_grid_thw)" in s for s in fewer), fewer
+
+
+def test_a_divergence_names_the_form_it_failed_on_so_a_baseline_of_one_form_hides_no_other(recording):
+    """The same way of failing on another layout or grid key is another signature: a release known to
+    leave Kimi-keyed images whole (0.5.7..0.5.22) does not hide a splitter that cuts no image at all."""
+    check = CHECKS["grid.split_matches_reference"]
+    signatures = {
+        key: {f.signature for f in _replay(check, recording, case_of(replace(IMAGES, grid_key=key))).findings}
+        for key in ("grid_thws", "image_grid_thw")
+    }
+    assert signatures == {
+        key: {f"split items: fewer entries (image, a span per grid row; {key})"} for key in signatures
+    }
 
 
 # Releases (network) -------------------------------------------------------------------------------
@@ -479,7 +497,9 @@ def test_0_5_10_copies_patch_data_to_every_part_and_0_5_15_cuts_it(sglang_releas
     for version in ("0.5.10", "0.5.15"):
         target = from_path(str(release_dir(sglang_release, version)), release=version)
         found[version] = {f.signature for f in _replay(check, target, case_of(item)).findings}
-    assert found["0.5.10"] == {"split: a part's model data 'patch_pixel_values': more rows"}
+    assert found["0.5.10"] == {
+        "split: a part's model data 'patch_pixel_values': more rows (no grid, an entry per span)"
+    }
     assert found["0.5.15"] == set()
 
 

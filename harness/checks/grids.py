@@ -164,9 +164,15 @@ def _kind(item: Item) -> type[Failure]:
     return Failure if reference.split_from_processors(item) else Hazard
 
 
-def _signature(kind: type[Failure], rule: Split, text: str) -> str:
-    where = "" if kind is Failure else f"not from a processor ({template(rule.layout)}): "
-    return where + template(text)
+def _signature(kind: type[Failure], rule: Split, item: Item, text: str) -> str:
+    """A hazard's signature names its layout outside the rule; a divergence's names the form of item it
+    failed on (layout and grid key): the same way of failing on another form is another bug, and a
+    baseline holding one (0.5.7..0.5.22 leave Kimi-keyed images whole) must not hide the other (a
+    splitter that no longer cuts any image)."""
+    if kind is not Failure:
+        return f"not from a processor ({template(rule.layout)}): {template(text)}"
+    key = f"; {item.grid_key}" if item.grid_form != "absent" else ""
+    return f"{template(text)} ({template(rule.layout)}{key})"
 
 
 def _split(target: Target, case: Case, item: Item) -> tuple[FeatureItem, Split, Outcome]:
@@ -190,7 +196,7 @@ def _judge(case: Case, whole: FeatureItem, rule: Split, outcome: Outcome) -> lis
             f"split raised on {rule.layout}",
             expected=expected,
             actual=show_error(outcome.error),
-            signature=_signature(kind, rule, f"split: {raised(outcome.error)}"),
+            signature=_signature(kind, rule, whole.item, f"split: {raised(outcome.error)}"),
         )
     parts = list(outcome.value)
     if rule.kind in (WHOLE, EITHER, OUTSIDE) and _is_whole(parts, whole):
@@ -200,16 +206,16 @@ def _judge(case: Case, whole: FeatureItem, rule: Split, outcome: Outcome) -> lis
             f"split cut an item the rule leaves whole ({rule.layout}) into {len(parts)} part(s)",
             expected="the item whole, or a clear refusal",
             actual=_describe(parts),
-            signature=_signature(kind, rule, "split: cut an item the rule leaves whole"),
+            signature=_signature(kind, rule, whole.item, "split: cut an item the rule leaves whole"),
         )
     if rule.kind == SPLIT and len(rule.parts) > 1 and _is_whole(parts, whole):
         raise kind(  # the signature of "fewer parts", which baselines and docs/atlas.md know it by
             f"split left whole an item the rule cuts into {len(rule.parts)} parts ({rule.layout})",
             expected=f"{len(rule.parts)} parts",
             actual="the item whole",
-            signature=_signature(kind, rule, "split items: fewer entries"),
+            signature=_signature(kind, rule, whole.item, "split items: fewer entries"),
         )
-    _compare_parts(kind, rule, item_data.expected_parts(whole, rule), parts)
+    _compare_parts(kind, rule, whole.item, item_data.expected_parts(whole, rule), parts)
     return parts
 
 
@@ -221,7 +227,7 @@ def _describe(parts: list[FeatureItem]) -> str:
 
 
 def _compare_parts(
-    kind: type[Failure], rule: Split, expected: list[FeatureItem], actual: list[FeatureItem]
+    kind: type[Failure], rule: Split, item: Item, expected: list[FeatureItem], actual: list[FeatureItem]
 ) -> None:
     if len(actual) != len(expected):
         fewer = "fewer" if len(actual) < len(expected) else "more"
@@ -229,7 +235,7 @@ def _compare_parts(
             f"split gave {len(actual)} parts instead of {len(expected)} ({rule.layout})",
             expected=_describe(expected),
             actual=_describe(actual),
-            signature=_signature(kind, rule, f"split items: {fewer} entries"),
+            signature=_signature(kind, rule, item, f"split items: {fewer} entries"),
         )
     for k, (want, got) in enumerate(zip(expected, actual, strict=True)):
         wanted, seen = item_data.view(want), item_data.view(got)
@@ -238,7 +244,7 @@ def _compare_parts(
                 f"split part {k}: other model data keys",
                 expected=", ".join(sorted(wanted)),
                 actual=", ".join(sorted(seen)),
-                signature=_signature(kind, rule, "split: a part's model data keys differ"),
+                signature=_signature(kind, rule, item, "split: a part's model data keys differ"),
             )
         for field, value in wanted.items():
             if seen[field] != value:
@@ -247,7 +253,7 @@ def _compare_parts(
                     f"split part {k}: {field}: {how} ({rule.layout})",
                     expected=_shown(field, want, value),
                     actual=_shown(field, got, seen[field]),
-                    signature=_signature(kind, rule, f"split: a part's {field}: {how}"),
+                    signature=_signature(kind, rule, item, f"split: a part's {field}: {how}"),
                 )
 
 
@@ -334,8 +340,13 @@ def _split_then_encode(target: Target, case: Case, item: Item) -> None:
     _expect_lossless(_kind(item), rule, whole, parts)
     one_grid = item.modality == "image" and item.grid_key in GRID_KEYS and item.grid_form == "rows"
     if rule.kind == SPLIT and one_grid and not item.precomputed:
-        # The one-grid model takes tensors (its processor makes them): each part's features as one.
-        tensors_only = [replace(part, features=_as_tensor(part.features, case)) for part in parts]
+        # The one-grid model takes tensors (its processor makes them): each part's features and grid as one.
+        tensors_only = [
+            replace(
+                part, item=replace(part.item, feature_form="tensor"), features=_as_tensor(part.features, case)
+            )
+            for part in parts
+        ]
         encoded = value_of(
             observe(partial(target.image_feature, case, tensors_only)),
             f"image_feature on the {len(parts)} split item(s)",
@@ -387,7 +398,7 @@ def _expect_lossless(kind: type[Failure], rule: Split, whole: FeatureItem, parts
                 f"the split lost or repeated the item's {field} ({rule.layout})",
                 expected=f"{field} of the item, once",
                 actual=f"joined from {len(parts)} part(s): {_short(joined[field])}",
-                signature=_signature(kind, rule, f"split not lossless: {field}"),
+                signature=_signature(kind, rule, whole.item, f"split not lossless: {field}"),
             )
 
 
