@@ -27,11 +27,17 @@ deeper run would call them new. So a baseline records how deep it searched
 (``search``: profile, examples per check, seed), several baselines combine
 (``--baseline A --baseline B``: runs under other seeds), and a run deeper than
 its baseline says so.
+
+Beside a target's identity (how a baseline knows it) is its behaviour key
+(``behaviour_key``): what decides what it does, never how it was named, so
+``matrix`` searches one target per key and gives the others its cells.
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
+import os
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -75,6 +81,78 @@ def identity(target: Target, spec: str) -> dict:
         recorded["files"] = dict(sorted(files.items()))
         recorded["digest"] = whole_digest(recorded["files"])
     return recorded
+
+
+NAMING = ("target", "release", "source", "files", "load_ms")
+"""``describe()`` fields that only name a target: its spec, its release, where its copy lies (the files'
+paths; their contents are ``digests``) and how long the load took. A behaviour key leaves them out."""
+DYNAMIC_SETTINGS = ("getattr(envs", "vars(envs", "envs.__dict__", "envs.__getattr__")
+"""Engine code reaching its settings object by a computed name: then any declared setting may be read."""
+
+
+def behaviour_key(target: Target) -> str | None:
+    """One sha256 of what decides a target's behaviour; ``None`` where the harness cannot tell (never merged).
+
+    Two targets with the same key run the same code on the same inputs, so a search with a fixed seed
+    finds the same on both and ``matrix`` searches only the first (``mmharness.matrix``): the sha256 of
+    every engine file loaded (``describe()``'s ``digests``, modules followed into the tree included),
+    and the rest of ``describe()`` (the item type's fields and methods, the functions and their forms,
+    capabilities and why others are missing, shims, stubs, settings read, files that did not load)
+    less the fields that only name it (``NAMING``), each path inside the copy written as ``<source>``;
+    and the value of each declared setting (``srt/environ.py``, ``envs.py``) under this process's
+    environment whose name the loaded code holds (every one, where it reads settings by a computed
+    name: ``DYNAMIC_SETTINGS``), since code reads them at call time. A path outside the copy, or
+    anything else a description spells per copy, makes keys differ: a lost saving, never a wrong merge.
+
+    ``None`` for a target that loads no engine files (the reference, a mutant, an adapter of one's own:
+    their behaviour is their code, which no digest covers) and for one whose settings the harness
+    cannot see (shims other than the engines' own)."""
+    described = target.describe()
+    if not isinstance(described.get("digests"), dict) or not described["digests"]:
+        return None
+    settings = _settings_read(target, [str(f) for f in described.get("files") or []])
+    if settings is None:
+        return None
+    kept = {name: value for name, value in described.items() if name not in NAMING}
+    kept["declared_settings"] = settings
+    text = json.dumps(kept, sort_keys=True, default=repr)
+    source = described.get("source")
+    if isinstance(source, str) and source:
+        text = text.replace(json.dumps(source)[1:-1], "<source>")
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def _settings_read(target: Target, files: list[str]) -> dict | None:
+    """The declared settings the loaded ``files`` may read, with their values now; ``None`` when the
+    target's settings cannot be seen or a file cannot be read. ``{}`` for a load with no engine shims."""
+    from mmharness.targets.loader import NoShims
+    from mmharness.targets.settings import Unknown
+
+    shims = getattr(getattr(target, "engine", None), "shims", None)
+    declarations = getattr(getattr(shims, "settings", None), "declarations", None)
+    if declarations is None:
+        return {} if isinstance(shims, NoShims) else None
+    try:
+        code = "".join(Path(f).read_text(errors="replace") for f in files)
+    except OSError:
+        return None
+    dynamic = any(word in code for word in DYNAMIC_SETTINGS)
+    values = {}
+    for name in sorted(declarations.settings):
+        if not dynamic and name not in code:
+            continue
+        declaration = declarations.settings[name]
+        try:
+            found = declaration.read(os.environ)
+            values[name] = [declaration.kind, repr(found.value), found.source]
+        except Unknown as why:
+            values[name] = [declaration.kind, "unknown", str(why)]
+    return {
+        "values": values,
+        "methods": sorted(declarations.methods),
+        "absent": declarations.absent,
+        "problems": list(declarations.problems),
+    }
 
 
 def whole_digest(files: dict[str, str]) -> str:

@@ -29,6 +29,17 @@ are the harness's gaps, not the engine's); so are findings with no case (the
 check could not finish). A shard cannot replay (it lacks the other shards'
 classes): ``mmharness merge`` does, on the merged matrix.
 
+One search per engine code (``dedup``, on unless ``--no-dedup``): consecutive releases often load
+byte-identical rule files, and a search with a fixed seed (the ``ci`` profile, or ``--seed``) is
+deterministic, so two targets running the same code on the same inputs get the same cells. Before the
+search each target is loaded once for its behaviour key (``baseline.behaviour_key``: the loaded files'
+digests and everything else that decides what it does, never its name); only the first target (in the
+order given) of each key is searched and replayed, and every other target of that key gets its cells,
+each cell and finding marked ``same_as`` that target. A target the harness cannot key (the reference,
+a mutant, one that does not load) is searched on its own, and so is every target of a search that is not
+deterministic (``dev``, ``deep`` without ``--seed``: each draws its own cases). A saved finding's file is
+the searched target's, its case the same.
+
 Against a known-good target (``against``, ``matrix --against SPEC``): every
 column runs each check on both (``Session``'s ``against``, ``mmharness.against``),
 so a cell's findings are changes from it (regression, fix, neutral) and a check
@@ -66,6 +77,8 @@ PARTIAL = "*"
 """Marks the symbol of a cell whose check an interruption stopped part-way."""
 REPLAYED = "r"
 """Marks the symbol of a cell where a replayed case showed a class its search missed."""
+SAME = "="
+"""Marks the symbol of a cell that is an earlier target's, of the same code (``same_as``): not searched."""
 SEARCH, REPLAY = "search", "replay"
 """How a finding was found on its target: by the target's own search, or by replaying another's case."""
 NOT_REPLAYED, REPLAY_DONE, REPLAY_INTERRUPTED = "none", "done", "interrupted"
@@ -97,6 +110,8 @@ class Seen:
     """``SEARCH``, or ``REPLAY``: the target's search missed it, another target's case showed it here."""
     source: str | None = None
     """By replay: the target whose case was replayed."""
+    same_as: str | None = None
+    """The target whose search (or replay) found it, which runs the same code (``dedup``)."""
 
 
 @dataclass(frozen=True)
@@ -111,6 +126,8 @@ class Cell:
     """The check was stopped part-way: its status is what it had found by then."""
     searched: str = ""
     """The search's own status, where findings by replay made ``status`` worse ("": ``status``)."""
+    same_as: str = ""
+    """The target whose cell this is, which runs the same code (``dedup``); "": this target's own."""
 
     @property
     def search_status(self) -> str:
@@ -161,6 +178,15 @@ class Matrix:
     """Whether each class's case was replayed on every target (``REPLAY_DONE``): ranges are exact."""
     against: str | None = None
     """The spec every case also ran on (``--against``): each finding is a change from it."""
+    dedup: bool = False
+    """Targets were searched once per behaviour key (``baseline.behaviour_key``): see ``same_as``."""
+    same_as: dict[str, str] = field(default_factory=dict)
+    """Target -> the earlier target with its behaviour key, whose cells it has (not searched itself)."""
+
+    @property
+    def searched(self) -> list[str]:
+        """The targets searched (and replayed) themselves: every one but those ``same_as`` another."""
+        return [t for t in self.targets if t not in self.same_as]
 
     def cell(self, check_id: str, target: str) -> Cell:
         return self.cells[(check_id, target)]
@@ -199,8 +225,14 @@ class Matrix:
             "interrupted": self.interrupted,
             "replay": self.replay,
             "against": self.against,
+            "dedup": self.dedup,
             "targets": [
-                {"spec": t, "release": self.releases.get(t), "error": self.target_errors.get(t)}
+                {
+                    "spec": t,
+                    "release": self.releases.get(t),
+                    "error": self.target_errors.get(t),
+                    **({"same_as": self.same_as[t]} if t in self.same_as else {}),
+                }
                 for t in self.targets
             ],
             "checks": [
@@ -227,6 +259,7 @@ class Matrix:
                             "reason": self.cell(c, t).reason,
                             "examples": self.cell(c, t).examples_run,
                             "interrupted": self.cell(c, t).interrupted,
+                            **({"same_as": self.cell(c, t).same_as} if self.cell(c, t).same_as else {}),
                             "findings": [
                                 {
                                     "kind": one.kind,
@@ -237,6 +270,7 @@ class Matrix:
                                     "by": one.by,
                                     **({"source": one.source} if one.source else {}),
                                     **({"case": one.case} if one.case else {}),
+                                    **({"same_as": one.same_as} if one.same_as else {}),
                                 }
                                 for one in self.cell(c, t).findings
                             ],
@@ -270,11 +304,14 @@ class Matrix:
         matrix.replay = str(data.get("replay", NOT_REPLAYED))  # older reports: not replayed
         against = data.get("against")  # older reports: none
         matrix.against = None if against is None else str(against)
+        matrix.dedup = bool(data.get("dedup", False))  # older reports: every target searched
         for t in data["targets"]:
             if t.get("error"):
                 matrix.target_errors[t["spec"]] = t["error"]
             if t.get("release"):
                 matrix.releases[t["spec"]] = t["release"]
+            if t.get("same_as"):
+                matrix.same_as[t["spec"]] = str(t["same_as"])
         for c in data["checks"]:
             for spec, cell in c["results"].items():
                 findings = tuple(Seen(**one) for one in cell["findings"])
@@ -282,7 +319,13 @@ class Matrix:
                 searched = cell.get("search_status", cell["status"])
                 searched = "" if searched == cell["status"] else str(searched)
                 cell_of = Cell(
-                    cell["status"], cell["reason"], cell["examples"], findings, interrupted, searched
+                    cell["status"],
+                    cell["reason"],
+                    cell["examples"],
+                    findings,
+                    interrupted,
+                    searched,
+                    str(cell.get("same_as", "")),
                 )
                 matrix.cells[(c["id"], spec)] = cell_of
         missing = [(c, t) for c in matrix.checks for t in targets if (c, t) not in matrix.cells]
@@ -385,6 +428,8 @@ def run_matrix(
     replay: bool = True,
     replayed: Callable[[str, int, int], None] | None = None,
     against: str | None = None,
+    dedup: bool = True,
+    keyed: Callable[[dict[str, str]], None] | None = None,
 ) -> Matrix:
     """Run each check on each target; a target that does not load gets errors in its column.
 
@@ -394,11 +439,26 @@ def run_matrix(
     progress, and says so (``interrupted``); worker processes are stopped.
     With ``replay`` (unless interrupted), every class's case is then replayed on
     every target (``replay_classes``; ``replayed`` is its ``progress``). ``against``: the spec every
-    check also runs on, each difference a change (the module's docstring).
+    check also runs on, each difference a change (the module's docstring). With ``dedup`` and a
+    deterministic search, one search per behaviour key (the module's docstring); ``keyed`` is told
+    which targets share an earlier one's code (``Matrix.same_as``) before the search begins, and
+    ``progress`` each of them as its searched target's column comes in.
     """
     matrix = Matrix(targets=list(specs), checks=[c.id for c in checks], command=command, against=against)
-    args = [(spec, matrix.checks, profile, max_examples, seed, findings, deadline, against) for spec in specs]
-    columns = ordered(_column, args, min(workers, len(specs)))
+    matrix.dedup = dedup and deterministic(profile, seed)
+    if matrix.dedup and len(set(specs)) == len(specs) > 1:  # one target: nothing to share
+        try:
+            matrix.same_as, matrix.releases = same_code(specs, workers)
+        except KeyboardInterrupt:  # stopped while loading the targets: nothing searched
+            matrix.interrupted, matrix.targets, matrix.releases = True, [], {}
+            return matrix
+    if matrix.dedup and keyed:
+        keyed(dict(matrix.same_as))
+    searched = matrix.searched
+    args = [
+        (spec, matrix.checks, profile, max_examples, seed, findings, deadline, against) for spec in searched
+    ]
+    columns = ordered(_column, args, min(workers, len(searched)))
     try:
         _collect(matrix, columns, progress)
     except KeyboardInterrupt:
@@ -468,13 +528,16 @@ def replay_classes(
     (one per target). ``deadline`` as the search's. ``progress`` is told each
     target with the cases replayed on it and how many showed their class.
     Against a target (``matrix.against``), each case runs on both, as the search did: a
-    class is a change from it. Interrupted, the targets replayed so far keep their findings and the
-    matrix says ``REPLAY_INTERRUPTED``.
+    class is a change from it. A target ``same_as`` another is not replayed: it gets what the replay
+    on that one showed (same code, same case), marked so. Interrupted, the targets replayed so far
+    keep their findings and the matrix says ``REPLAY_INTERRUPTED``.
     """
     from mmharness import interrupts
 
     every = classes(matrix)
-    work = [(t, _to_replay(matrix, t, every)) for t in matrix.targets]
+    others = copies(matrix)
+    copied = {t for same in others.values() for t in same}
+    work = [(t, _to_replay(matrix, t, every)) for t in matrix.targets if t not in copied]
     work = [(t, todo) for t, todo in work if todo]
     args = [
         (t, [(c.check, c.kind, c.signature, c.case) for c in todo], deadline, matrix.against)
@@ -487,6 +550,8 @@ def replay_classes(
             for one, message in zip(todo, messages, strict=False):
                 if message is not None:
                     _add(matrix, target, one, message)
+                    for other in others.get(target, ()):
+                        _add(matrix, other, one, message, same_as=target)
                     shown += 1
             if progress:
                 progress(target, len(messages), shown)
@@ -499,10 +564,13 @@ def replay_classes(
         answers.close()
 
 
-def _add(matrix: Matrix, target: str, one: _Class, message: str) -> None:
-    """A class shown on a target by replaying its case: a finding by replay, the status the worse."""
+def _add(matrix: Matrix, target: str, one: _Class, message: str, same_as: str | None = None) -> None:
+    """A class shown on a target by replaying its case: a finding by replay, the status the worse.
+    ``same_as``: shown by the replay on that target, which runs the same code."""
     cell = matrix.cell(one.check, target)
-    seen = Seen(one.kind, one.signature, message, None, one.saved, by=REPLAY, source=one.source)
+    message = message if same_as is None else message.replace(same_as, target)
+    by = {"by": REPLAY, "source": one.source, "same_as": same_as}
+    seen = Seen(one.kind, one.signature, message, None, one.saved, **by)
     worst = next(k for k in (*SEVERITY, PASSED) if k in (cell.status, one.kind))
     searched = cell.searched or (cell.status if worst != cell.status else "")
     matrix.cells[(one.check, target)] = replace(
@@ -559,8 +627,70 @@ def _slug(spec: str) -> str:
     return "".join(c if c.isalnum() or c in ".=-" else "_" for c in spec).strip("_") or "target"
 
 
+def deterministic(profile: str, seed: int | None) -> bool:
+    """Whether a search draws the same cases on every run (a fixed seed): then one per code is enough."""
+    from mmharness.runner import PROFILES
+
+    return seed is not None or bool(PROFILES[profile]["derandomize"])
+
+
+def _behaviour(spec: str) -> tuple[str | None, str | None]:
+    """A target's behaviour key and release, loaded in a worker process; ``(None, None)``: it does not
+    load (its column says why)."""
+    from mmharness.baseline import behaviour_key
+    from mmharness.targets.base import TargetError
+    from mmharness.targets.specs import resolve
+
+    try:
+        target = resolve(spec)
+    except TargetError:
+        return None, None
+    release = target.describe().get("release")
+    return behaviour_key(target), (str(release) if release else None)
+
+
+def same_code(specs: Sequence[str], workers: int = 1) -> tuple[dict[str, str], dict[str, str]]:
+    """Which targets run the same code as an earlier one (target -> the first of its behaviour key, in
+    the order given), and each target's release; every target loaded once, in ``workers`` processes."""
+    answers = ordered(_behaviour, [(spec,) for spec in specs], min(workers, len(specs)))
+    try:
+        found = list(answers)
+    finally:
+        answers.close()
+    first: dict[str, str] = {}
+    same_as, releases = {}, {}
+    for spec, (key, release) in zip(specs, found, strict=True):
+        if release:
+            releases[spec] = release
+        if key is not None:
+            earlier = first.setdefault(key, spec)
+            if earlier != spec:
+                same_as[spec] = earlier
+    return same_as, releases
+
+
+def copies(matrix: Matrix) -> dict[str, list[str]]:
+    """Searched target -> the targets ``same_as`` it, in the matrix's order (those in the matrix only)."""
+    found: dict[str, list[str]] = {}
+    for target, source in matrix.same_as.items():
+        if target in matrix.targets and source in matrix.targets:
+            found.setdefault(source, []).append(target)
+    return found
+
+
+def _copied(cell: Cell, source: str, target: str) -> Cell:
+    """``source``'s cell for ``target``, of the same code: marked, each finding too, and named as the
+    target's own search names it (a skip reason or message spells the target's spec)."""
+    findings = tuple(
+        replace(seen, message=seen.message.replace(source, target), same_as=source) for seen in cell.findings
+    )
+    return replace(cell, reason=cell.reason.replace(source, target), findings=findings, same_as=source)
+
+
 def _collect(matrix: Matrix, columns, progress) -> None:
-    """Each column as it comes (in the order of the targets); an interruption ends it after the last."""
+    """Each column as it comes (in the order of the targets), and the same cells for each target of the
+    same code; an interruption ends it after the last."""
+    others = copies(matrix)
     for spec, release, error, cells in columns:
         if error is not None:
             matrix.target_errors[spec] = error
@@ -568,8 +698,13 @@ def _collect(matrix: Matrix, columns, progress) -> None:
             matrix.releases[spec] = release
         for check_id, cell in cells.items():
             matrix.cells[(check_id, spec)] = cell
-        if progress:
-            progress(spec, None if error else sum(cell.status != NOT_RUN for cell in cells.values()))
+            for other in others.get(spec, ()):
+                matrix.cells[(check_id, other)] = _copied(cell, spec, other)
+        for target in (spec, *others.get(spec, ())):
+            if error is not None and target != spec:
+                matrix.target_errors[target] = error
+            if progress:
+                progress(target, None if error else sum(cell.status != NOT_RUN for cell in cells.values()))
 
 
 def render(matrix: Matrix, *, color: bool = False, strict: bool = False, grid: bool = False) -> str:
@@ -585,7 +720,8 @@ def render(matrix: Matrix, *, color: bool = False, strict: bool = False, grid: b
         rows.append((check_id, cells, matrix.first_failing(check_id, strict=strict) or "-"))
     partial = any(cell.interrupted for _, cells, _ in rows for cell in cells)
     replayed = any(cell.replayed for _, cells, _ in rows for cell in cells)
-    marks = (len(PARTIAL) if partial else 0) + (len(REPLAYED) if replayed else 0)
+    same = any(cell.same_as for _, cells, _ in rows for cell in cells)
+    marks = (len(PARTIAL) if partial else 0) + (len(REPLAYED) if replayed else 0) + (len(SAME) if same else 0)
     symbol = max(len(s) for s in SYMBOLS.values()) + marks
     widths = [max(len(headers[0]), *(len(r[0]) for r in rows))] if rows else [len(headers[0])]
     widths += [max(len(t), symbol) for t in matrix.targets]
@@ -594,6 +730,7 @@ def render(matrix: Matrix, *, color: bool = False, strict: bool = False, grid: b
     def paint(cell: Cell, width: int) -> str:
         marked = PARTIAL if cell.interrupted else ""
         marked += REPLAYED if cell.replayed else ""
+        marked += SAME if cell.same_as else ""
         text = (SYMBOLS[cell.status] + marked).ljust(width)
         return f"\033[{_COLORS[cell.status]}m{text}\033[0m" if color else text
 
@@ -615,6 +752,7 @@ def render(matrix: Matrix, *, color: bool = False, strict: bool = False, grid: b
             lines.append(f"{check_id} [{one.kind}] {where} ({count}): {one.signature}")
     replay = _replay_line(matrix)
     lines.append(replay.replace(f" ({REPLAYED}: a cell", " (d, h in the grid: a cell") if grid else replay)
+    lines += same_code_lines(matrix, mark=not grid)
     for spec, error in matrix.target_errors.items():
         lines.append(f"{spec}: {error}")
     if matrix.interrupted:
@@ -717,6 +855,22 @@ def grid_lines(matrix: Matrix, *, color: bool = False, width: int = 60) -> list[
         "D divergence, H hazard, ? could not test, . pass (or ran without this class), s skip, E error,"
         " - not run; d, h: by replay (the target's search missed it)"
     )
+    return lines
+
+
+def same_code_lines(matrix: Matrix, *, mark: bool = True) -> list[str]:
+    """How many targets were searched, and which have an earlier target's cells (same engine code); none
+    where each target was searched. ``mark``: name the table's mark for such a cell."""
+    others = copies(matrix)
+    if not matrix.dedup or not others:
+        return []
+    searched = len(matrix.targets) - sum(map(len, others.values()))
+    lines = [
+        f"searched {searched} of {len(matrix.targets)} target(s), one per engine code (--no-dedup: each);"
+        f" the others run the same code as an earlier one and have its cells"
+        + (f" ({SAME}: such a cell)" if mark else "")
+    ]
+    lines += [f"  same code as {source}: {', '.join(same)}" for source, same in others.items()]
     return lines
 
 

@@ -33,6 +33,11 @@ replayed. An interrupted shard's matrix is not replayed either. A matrix run
 ``--against SPEC`` keeps it in its settings: the merge replays against it, as
 the unsharded run does (a change exists only relative to it).
 
+A shard searches one target per engine code among its own share
+(``mmharness.matrix``: ``same_as``), so a merged report marks only the targets
+that shared a code with an earlier one of the same shard; its cells are the
+unsharded run's all the same (the same code searched twice finds the same).
+
 Merging is a command of its own, as ``coverage combine`` and ``playwright
 merge-reports`` are, rather than a ``matrix`` option: it runs no search (only
 the replay, under the settings the shards ran with), so none of matrix's
@@ -177,6 +182,7 @@ def merge(reports: Sequence[tuple[str, object]]) -> tuple[Matrix, Settings]:
         command=first.command,
         interrupted=interrupted,
         against=first.settings.against,
+        dedup=any(matrix.dedup for _, matrix, _ in read),
     )
     for target in whole.targets:  # in the matrix's order, as the unsharded run fills them
         whole.cells.update({(c, target): part[target].cell(c, target) for c in whole.checks})
@@ -184,6 +190,8 @@ def merge(reports: Sequence[tuple[str, object]]) -> tuple[Matrix, Settings]:
             whole.target_errors[target] = part[target].target_errors[target]
         if target in part[target].releases:
             whole.releases[target] = part[target].releases[target]
+        if target in part[target].same_as:  # within its shard: merge's replay runs once for both
+            whole.same_as[target] = part[target].same_as[target]
     return whole, first.settings
 
 

@@ -8,7 +8,10 @@ other shards' classes): ``merge`` replays on the merged matrix, so the merged
 report is still the unsharded one's. ``--no-replay`` (on ``matrix``, or on
 ``merge`` for a quick join where the releases cannot be loaded) skips it.
 ``--against SPEC``: every column's checks run against a known-good target, as
-``check --against`` does (``mmharness.matrix``), and so does the replay."""
+``check --against`` does (``mmharness.matrix``), and so does the replay.
+Targets of one engine code (``baseline.behaviour_key``) are searched and
+replayed once, the others given the cells, under a search with a fixed seed;
+``--no-dedup`` searches each."""
 
 from __future__ import annotations
 
@@ -105,6 +108,15 @@ def add_parser(sub) -> None:
         " and target; the targets where it fails the same way show the class, marked 'by replay'): a"
         " class's range is then only the targets whose own search found it",
     )
+    matrix.add_argument(
+        "--no-dedup",
+        dest="dedup",
+        action="store_false",
+        help="search and replay every target, even one running the same engine code as an earlier one"
+        " (same loaded files' digests, item fields, settings, forms, shims and stubs): by default, with a"
+        " fixed seed (the ci profile or --seed), only the first of each code is, and the others get its"
+        " cells (marked '=' in the table, \"same_as\" in --json)",
+    )
 
     merge = sub.add_parser(
         "merge",
@@ -158,9 +170,18 @@ def _matrix(args: argparse.Namespace) -> int:
 
     with interrupts.handled():  # one block: a signal between the search and the replay stops cleanly too
         with Progress(len(targets), "targets", stream=sys.stderr) as progress:
+            same_as: dict[str, str] = {}
+
+            def keyed(found: dict[str, str]) -> None:
+                same_as.update(found)
+                if found:
+                    searched = f"{len(targets) - len(found)} of {len(targets)} targets, one per engine code"
+                    print(f"searching {searched}", file=sys.stderr)
 
             def done(spec: str, cells: int | None) -> None:
                 ran = f"{cells} checks" if cells == len(checks) else f"{cells} of {len(checks)} (interrupted)"
+                if spec in same_as:
+                    ran += f", the cells of {same_as[spec]} (same code)"
                 progress.line(f"  {spec}: {'could not load' if cells is None else ran}")
 
             matrix = run_matrix(
@@ -176,6 +197,8 @@ def _matrix(args: argparse.Namespace) -> int:
                 deadline=args.deadline,
                 replay=False,
                 against=args.against,
+                dedup=args.dedup,
+                keyed=keyed,
             )
         if args.replay and not args.shard and not matrix.interrupted:
             _replay(matrix, workers, args.deadline)
