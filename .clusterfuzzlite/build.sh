@@ -6,7 +6,8 @@
 # compile_python_fuzzer; the seeds in corpus/ become its seed corpus, and the known
 # findings (corpus/fuzz-baseline.json) ship with it, so only new findings are crashes.
 # Then every check the SGLang release can run, as `mmharness fuzz check:ID` runs it (coverage
-# from the release's loaded files): a script per check, generated at the end (fuzz_check_*).
+# from the release's loaded files): a script per check, generated at the end (fuzz_check_*), with
+# the release's known findings (a baseline written by `mmharness check` at build time).
 #
 # MMHARNESS_FUZZ_RELEASE picks the SGLang release the engine fuzzers load (default 0.5.23),
 # MMHARNESS_FUZZ_VLLM_RELEASE the vLLM one (default 0.33.0; only the driver's files are kept).
@@ -21,6 +22,11 @@ pip3 install .
 export MMHARNESS_CACHE="$OUT/mmharness-cache"
 python3 -c "from mmharness.engines.sglang.adapter import fetch; fetch('$RELEASE')"
 python3 -c "from mmharness.engines.vllm.adapter import fetch; fetch('$VLLM_RELEASE')"
+
+# What the release is known for, found by the checks' own search (exit 1 when it has a divergence):
+# bundled with each check's fuzzer, so a fuzzer looks past the release's known findings for new ones.
+mmharness check --target "sglang==$RELEASE" --write-baseline "$OUT/fuzz-check-baseline.json" > /dev/null \
+  || [ $? -eq 1 ]
 
 for fuzzer in .clusterfuzzlite/fuzz_*.py; do
   name="$(basename "$fuzzer" .py)"
@@ -43,5 +49,5 @@ for check in $(python3 -c "from mmharness.fuzz.checks import runnable; print(*ru
     "    bundled_main(\"$check\", \"sglang==$RELEASE\")" > "$script"
   # Checks and engines are found by name at run time (importlib, entry points): bundle them all.
   compile_python_fuzzer "$script" --add-data "$OUT/mmharness-cache:mmharness-cache" \
-    --collect-submodules mmharness --copy-metadata mmharness
+    --add-data "$OUT/fuzz-check-baseline.json:." --collect-submodules mmharness --copy-metadata mmharness
 done

@@ -7,6 +7,7 @@ examples miss it, and the coverage-guided fuzzer climbs to it within a bounded r
 
 from __future__ import annotations
 
+import json
 import os
 import py_compile
 import random
@@ -119,6 +120,26 @@ def test_known_signatures_pass():
     assert signatures
     known.update(signatures)
     assert not any(map(one, inputs))
+
+
+def test_a_bundled_fuzzer_passes_the_findings_its_bundled_baseline_knows(tmp_path, capsys, monkeypatch):
+    """A ClusterFuzzLite build ships the release's baseline (build.sh writes it at build time): the
+    bundled entry point hands its signatures for the check to the fuzzer as known, so the fuzzer looks
+    past them; a bundle without one knows nothing."""
+    spec = "mutant:chunk_start_off_by_one"
+    bundle = tmp_path / "bundle"
+    bundle.mkdir()
+    written = bundle / checks.BUNDLED_BASELINE
+    assert run(capsys, "check", "--target", spec, "--checks", CHECK, "--write-baseline", str(written))[0] == 1
+    handed: list[set[str]] = []
+    monkeypatch.setattr(checks, "main", lambda argv, *, check, target, spec, known: handed.append(known))
+    monkeypatch.setattr(sys, "_MEIPASS", str(bundle), raising=False)
+    checks.bundled_main(CHECK, spec)
+    entries = json.loads(written.read_text())["entries"]
+    assert handed[-1] and handed[-1] == {e["signature"] for e in entries if e["check"] == CHECK}
+    written.unlink()
+    checks.bundled_main(CHECK, spec)
+    assert handed[-1] == set()
 
 
 def test_only_the_engine_files_are_instrumented():

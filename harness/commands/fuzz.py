@@ -295,15 +295,9 @@ def _check_baseline(path: str | None, check_id: str, target, spec: str) -> set[s
     (a ``check --write-baseline`` file or a ``--json`` report)."""
     if not path:
         return set()
-    from mmharness import baseline
-    from mmharness.fuzz.checks import DEVICE
-    from mmharness.jsonfile import JSONFileError
+    from mmharness.fuzz.checks import known_signatures
 
     try:
-        known = baseline.load(path, baseline.identity(target, spec))
-    except JSONFileError as error:
+        return known_signatures(path, check_id, target, spec)
+    except ValueError as error:
         raise UsageError(f"--baseline {error}") from None
-    entries = [e for e in known.entries if e.check == check_id and e.device == DEVICE]
-    if any(e.signature is None for e in entries):
-        raise UsageError(f"--baseline {path}: it tolerates every finding of {check_id}: nothing to fuzz for")
-    return {e.signature for e in entries}
