@@ -173,6 +173,26 @@ def items_in_windows(case: Case, *, extent: bool = False) -> set[tuple[int, int]
     }
 
 
+INSIDE, EMPTY_WINDOW, BEFORE, AFTER, IN_GAP = "inside", "empty window", "before", "after", "in a gap"
+"""Where an item lies relative to its request's window (``place``)."""
+
+
+def place(request: Request, item: Item) -> str:
+    """Where ``item`` lies relative to ``request``'s window: ``INSIDE`` (a position inside: R3 lets it
+    be encoded), else ``EMPTY_WINDOW`` (the request prefills nothing this step), ``BEFORE`` (it ends
+    before the window: the prefix cache holds it), ``AFTER`` (it starts at or past the window's end) or
+    ``IN_GAP`` (the window lies between two of its spans). Not needed, it is encoded for a reason of its
+    place: a hazard names the place, so one reason known does not hide another."""
+    window = request.window
+    if any(p in window for p in item.positions()):
+        return INSIDE
+    if not window:
+        return EMPTY_WINDOW
+    if item.extent.stop <= window.start:
+        return BEFORE
+    return AFTER if item.extent.start >= window.stop else IN_GAP
+
+
 def has_collision(case: Case, *, extent: bool = False) -> bool:
     """Whether two items inside windows share a hash but not a token count (R3's adversarial case)."""
     return _collide(items_in_windows(case, extent=extent))

@@ -145,17 +145,56 @@ def encoder_calls(target: Target, case: Case, params: dict) -> None:
         outside = [key for key in encoder.encoded if key not in allowed]
         if outside:
             raise Hazard(
-                f"items outside every window were encoded{where}",
+                f"items outside every window were encoded ({_outside_place(case, outside)}){where}",
                 expected=f"only (hash, tokens) in {sorted(allowed)}",
                 actual=f"also {outside}",
             )
         repeated = sorted({key for key in encoder.encoded if encoder.encoded.count(key) > 1})
         if repeated:
             raise Hazard(
-                f"an item was encoded more than once in one batch{where}",
+                f"an item was encoded more than once in one batch ({_held(case, repeated)}){where}",
                 expected="each (hash, tokens) once",
                 actual=f"{repeated} in calls {encoder.calls}",
             )
+
+
+NOT_IN_BATCH = "no item of the batch"
+_PLACE_NAMES = {  # from the likeliest reason to encode an item no window needs to the least likely
+    reference.IN_GAP: "its window in a gap of the item",  # an engine scheduling placeholder ranges
+    reference.AFTER: "wholly after its window",  # a request's items encoded together, ahead of time
+    reference.BEFORE: "wholly before its window: prefix-cached",
+    reference.EMPTY_WINDOW: "in an empty window",  # a request that prefills nothing this step
+}
+OUTSIDE_PLACES = (*_PLACE_NAMES.values(), NOT_IN_BATCH)
+"""How ``prefill.encoder_calls`` names where an unneeded item lay, likeliest first (last: an encoded key
+no item of the batch has, an engine that measured an item wrong)."""
+
+
+def _outside_place(case: Case, keys: list[tuple[int, int]]) -> str:
+    """Where the encoded items no window needed lay (``reference.place``), for the hazard's signature:
+    each place is its own way of failing, so a baseline holding one (0.5.17 encodes items after and
+    before their windows) does not hide another (a request with an empty window encoded). A key several
+    items share is named by its likeliest place in ``OUTSIDE_PLACES`` (the engine may have encoded it for
+    any of them), and a case by its least likely key: the new way of failing, where there is one."""
+
+    def likeliest(key: tuple[int, int]) -> int:
+        held = [(r, item) for r in case.requests for item in r.items if (item.hash, item.token_count) == key]
+        names = [_PLACE_NAMES[reference.place(r, item)] for r, item in held] or [NOT_IN_BATCH]
+        return min(OUTSIDE_PLACES.index(name) for name in names)
+
+    return OUTSIDE_PLACES[max(map(likeliest, set(keys)))]
+
+
+def _held(case: Case, keys: list[tuple[int, int]]) -> str:
+    """How the batch holds the items encoded more than once, for the hazard's signature: encoding twice
+    an item held once (two encoder calls for one item) is another bug than not sharing one between the
+    requests (or the item repeated within its request) that hold it. Several: the first in that order."""
+    holders = [[r for r, _, item in case.items() if (item.hash, item.token_count) == key] for key in keys]
+    if any(len(h) == 1 for h in holders):
+        return "the batch holds it once"
+    if any(len(set(h)) < len(h) for h in holders):
+        return "its request holds it more than once"
+    return "several requests hold it"
 
 
 def _whole_windows(case: Case) -> Case:
