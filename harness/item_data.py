@@ -34,7 +34,7 @@ class FeatureItem:
     """An item with the vision features an engine would carry for it (R5).
 
     ``features`` comes in the item's ``feature_form`` (a tensor unless it says
-    otherwise; ``None`` for a precomputed item, whose rows are ``embedding``);
+    otherwise; ``None`` for a precomputed item, whose rows are ``embedding``, in the same form);
     ``model_data`` is the engine item's model data beside its grid
     (``feature_item`` makes all three). It lives here, below the targets that
     take it, because this module builds it and the targets use this module.
@@ -63,9 +63,11 @@ def features(case: Case, item: Item) -> Any:
     return in_form(tensors.item_features(case, item), item.feature_form)
 
 
-def embedding(case: Case, item: Item) -> torch.Tensor | None:
-    """A precomputed item's rows, one per placeholder in span order, 2-D (as processors hand them)."""
-    return tensors.item_rows(case, item) if item.precomputed else None
+def embedding(case: Case, item: Item) -> Any:
+    """A precomputed item's rows, one per placeholder in span order, in its ``feature_form``: a 2-D
+    tensor, a numpy array, or a list or tuple of row tensors (the splitters take precomputed rows in
+    every container they take features in); ``None`` for an item the encoder embeds."""
+    return in_form(tensors.item_rows(case, item), item.feature_form) if item.precomputed else None
 
 
 def grid(item: Item) -> Any:

@@ -20,6 +20,14 @@ block that never ran. A reason whose branch cannot be reached on a CPU run
 (CUDA, another platform, distributed, IPC) leaves it out of the CPU-reachable
 figure.
 
+A target may also name branches its authors verified, by reading the engine's
+code, that no run of the rules can take (``target.excluded_branches()``, each
+an ``Excluded``): dead code, a case the only caller rules out, or code outside
+the rules (work another module does). Those are matched first, by function,
+guarding condition and exit, and only in a file that still holds the guard the
+claim rests on (``Excluded.needs``); they too leave the CPU-reachable figure,
+and the report counts them by kind (``excluded``) so the figure never hides them.
+
 coverage.py is imported only here, and only by a run that measures.
 """
 
@@ -65,8 +73,74 @@ REASONS: tuple[tuple[str, str, bool], ...] = (
 """How an unreached branch is explained, from the source: a table, so a reason is one row."""
 NOT_REACHED = "not reached"
 NOT_ENTERED = "function not entered"
+DEAD, GUARDED, OUTSIDE = "dead", "guarded by the caller", "outside the rules"
+EXCLUSIONS = (DEAD, GUARDED, OUTSIDE)
+"""The kinds of ``Excluded`` branch: no run of the rules takes them, whatever it draws."""
 _REASONS = [(re.compile(pattern, re.MULTILINE), reason, cpu) for pattern, reason, cpu in REASONS]
-_CPU_REACHABLE = {reason: cpu for _, reason, cpu in REASONS} | {NOT_REACHED: True, NOT_ENTERED: True}
+_CPU_REACHABLE = (
+    {reason: cpu for _, reason, cpu in REASONS}
+    | {NOT_REACHED: True, NOT_ENTERED: True}
+    | dict.fromkeys(EXCLUSIONS, False)
+)
+TRUE, FALSE, EITHER = "true", "false", "either"
+"""A branch's exit: into the block its condition guards (a loop's body), past it, or both."""
+
+
+@dataclass(frozen=True)
+class Excluded:
+    """Branches a target's authors verified no run of the rules can take, read from the engine's code.
+
+    Matched in ``function`` (a qualified name as ``functions_of`` gives it) on the
+    branch whose own condition reads ``condition`` (whitespace aside), on its
+    ``exit``; with ``block``, every branch inside the block that exit enters too
+    (code that only runs there). ``needs``: source the claim rests on (the
+    caller's guard, say), whitespace aside; a file without it keeps its branches
+    counted, so a release that dropped the guard is measured as any other.
+    """
+
+    function: str
+    condition: str
+    exit: str
+    kind: str
+    """One of ``EXCLUSIONS``."""
+    why: str
+    needs: str = ""
+    block: bool = False
+
+    def __post_init__(self) -> None:
+        if self.kind not in EXCLUSIONS or self.exit not in (TRUE, FALSE, EITHER):
+            raise ValueError(f"Excluded({self.function!r}): kind {self.kind!r} or exit {self.exit!r} unknown")
+        if self.block and self.exit != TRUE:
+            raise ValueError(f"Excluded({self.function!r}): a block is the body its true exit enters")
+
+    def holds_in(self, flat_source: str) -> bool:
+        """Whether the file (its source without whitespace) still holds what the claim rests on."""
+        return _flat(self.needs) in flat_source
+
+    def covers(
+        self, line: int, to: int, conditions: Mapping[int, tuple[str, range]], bodies: Mapping[int, range]
+    ) -> bool:
+        """Whether the branch ``line -> to`` is this one (or, with ``block``, inside its block)."""
+        wanted = _flat(self.condition)
+        if line in conditions and _flat(conditions[line][0]) == wanted:
+            enters = line in bodies and to == bodies[line].start
+            if self.exit == EITHER or (self.exit == TRUE) == enters:
+                return True
+        return self.block and any(
+            line in body and _flat(conditions[head][0]) == wanted
+            for head, body in bodies.items()
+            if head in conditions
+        )
+
+
+def _flat(text: str) -> str:
+    return "".join(text.split())
+
+
+def excluded_of(target: Any) -> list[Excluded]:
+    """The branches the target says no run of the rules takes (``target.excluded_branches()``), if any."""
+    hook = getattr(target, "excluded_branches", None)
+    return list(hook()) if callable(hook) else []
 
 
 class CoverageMissing(Exception):
@@ -227,6 +301,17 @@ def conditions_of(source: str) -> dict[int, tuple[str, range]]:
     return found
 
 
+def bodies_of(source: str) -> dict[int, range]:
+    """Line of an ``if``/``elif``, ``for`` or ``while`` head -> the lines of the block its true exit
+    enters (its body, from its first statement), where ``Excluded`` tells a branch's exits apart."""
+    found: dict[int, range] = {}
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, (ast.If, ast.While, ast.For, ast.AsyncFor)):
+            last = node.body[-1]
+            found.setdefault(node.lineno, range(node.body[0].lineno, (last.end_lineno or last.lineno) + 1))
+    return found
+
+
 def _segment(lines: list[str], node: ast.expr) -> str:
     """A node's source (``ast.get_source_segment`` splits the whole source on every call)."""
     first, last = node.lineno - 1, (node.end_lineno or node.lineno) - 1
@@ -241,8 +326,9 @@ def _segment(lines: list[str], node: ast.expr) -> str:
     return "\n".join([head, *middle, tail])
 
 
-CONDITION, TARGET, ENCLOSING = "condition", "branch target", "enclosing condition"
-"""Where a reason was read: the branch's own condition, the line it goes to, a block around it."""
+CONDITION, TARGET, ENCLOSING, EXCLUDED = "condition", "branch target", "enclosing condition", "excluded"
+"""Where a reason was read: the branch's own condition, the line it goes to, a block around it, or the
+target's ``Excluded`` (with its ``why``)."""
 
 
 def classify(
@@ -323,6 +409,7 @@ def analyse(target: Any, files: list[str], reached: Reached) -> dict[str, Any]:
         if where is not None:
             wanted.setdefault(where[0], set()).add(where[1])
             named[(where[0], where[1])] = name
+    exclusions = excluded_of(target)
     report: dict[str, Any] = {"files": {}}
     for path in files:
         source = Path(path).read_text(errors="replace")
@@ -331,8 +418,11 @@ def analyse(target: Any, files: list[str], reached: Reached) -> dict[str, Any]:
         missing = analysis.missing_branch_arcs()
         lines = source.splitlines()
         conditions = conditions_of(source)
+        bodies = bodies_of(source)
+        holding = [e for e in exclusions if e.holds_in(_flat(source))]
         functions = {}
         for qualname, function in functions_of(source).items():
+            own_exclusions = [e for e in holding if e.function == qualname]
             statements = function.own & analysis.statements
             executed = statements & analysis.executed
             is_declared = function.first in wanted.get(path, ())
@@ -344,20 +434,18 @@ def analyse(target: Any, files: list[str], reached: Reached) -> dict[str, Any]:
             unreached = []
             for line in branch_lines:
                 for to in sorted(missing.get(line, ()), key=lambda t: (t < 0, abs(t))):
-                    reason, where, text = (
-                        classify(line, to, lines, conditions, analysis.executed)
-                        if executed
-                        else (NOT_ENTERED, CONDITION, " ".join(_line(lines, line).split()))
-                    )
-                    unreached.append(
-                        {
-                            "line": line,
-                            "to": to if to > 0 else "exit",
-                            "reason": reason,
-                            "read_from": where,
-                            "source": text,
-                        }
-                    )
+                    entry: dict[str, Any] = {"line": line, "to": to if to > 0 else "exit"}
+                    known = next((e for e in own_exclusions if e.covers(line, to, conditions, bodies)), None)
+                    if not executed:
+                        entry |= {"reason": NOT_ENTERED, "read_from": CONDITION}
+                        entry["source"] = " ".join(_line(lines, line).split())
+                    elif known is not None:
+                        entry |= {"reason": known.kind, "read_from": EXCLUDED, "source": known.condition}
+                        entry["why"] = known.why
+                    else:
+                        reason, where, text = classify(line, to, lines, conditions, analysis.executed)
+                        entry |= {"reason": reason, "read_from": where, "source": text}
+                    unreached.append(entry)
             off_cpu = sum(not _CPU_REACHABLE[u["reason"]] for u in unreached)
             functions[qualname] = {
                 "declared_as": named.get((path, function.first)) if is_declared else None,
@@ -393,6 +481,7 @@ def analyse(target: Any, files: list[str], reached: Reached) -> dict[str, Any]:
             "total": sum(f["lines"]["total"] for f in every),
         },
         "unreached_by_reason": dict(sorted(reasons.items())),
+        "excluded": {kind: reasons[kind] for kind in EXCLUSIONS if kind in reasons},
     }
     return report
 
@@ -447,11 +536,23 @@ def render(report: Mapping[str, Any]) -> str:
         for qualname, f in entry["functions"].items()
         for u in f["unreached_branches"]
     ]
+    excluded = total.get("excluded") or {}
+    if excluded:
+        kinds = ", ".join(f"{kind} {n}" for kind, n in excluded.items())
+        out.append(
+            f"excluded from the cpu-reachable figure: {sum(excluded.values())} branches the target verified"
+            f" no run of the rules takes ({kinds}); each listed below with why"
+        )
     if unreached:
         by_reason = ", ".join(f"{reason} {n}" for reason, n in total["unreached_by_reason"].items())
         out.append(f"unreached branches ({len(unreached)}: {by_reason}):")
         for name, qualname, u in unreached:
             source = u["source"] if len(u["source"]) <= 70 else u["source"][:67] + "..."
+            if u["read_from"] == EXCLUDED:
+                out.append(
+                    f"  {name}:{u['line']}->{u['to']} {qualname}: {u['reason']}: {u['why']}  [{source}]"
+                )
+                continue
             read = "" if u["read_from"] == CONDITION else f"{u['read_from']} "
             out.append(f"  {name}:{u['line']}->{u['to']} {qualname}: {u['reason']}  [{read}{source}]")
     return "\n".join(out)

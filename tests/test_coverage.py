@@ -13,6 +13,7 @@ import json
 import subprocess
 import sys
 import textwrap
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -109,6 +110,83 @@ def test_the_table_the_unreached_branches_and_the_json(capsys, engine, tmp_path)
     assert total["functions"] == 2
     assert total["branches"]["total"] == chunk["branches"]["total"] + count["branches"]["total"]
     assert isinstance(total["percent"], float)
+
+
+def test_a_branch_the_target_excludes_leaves_the_figure_and_is_listed_with_why(
+    capsys, engine, tmp_path, monkeypatch
+):
+    from mmharness.engines.sglang import excluded
+
+    dead = reach.Excluded(
+        "get_embedding_chunk",
+        "len(positions) > 10**9",
+        reach.TRUE,
+        reach.DEAD,
+        "no batch holds 10**9 positions",
+    )
+    wrong_exit = replace(dead, exit=reach.FALSE, why="the other exit")
+    gone = replace(dead, function="_count_mm_tokens_in_extend", why="another function")
+    monkeypatch.setattr(excluded, "EXCLUDED", (wrong_exit, gone, dead))
+    code, out, document = _check(capsys, engine, tmp_path / "report.json")
+    assert code == 0, out
+    unreached = _line_of("UNREACHED") - 1
+    table = out[out.index("branch coverage of the rule functions") :]
+    excluded_line = (
+        "excluded from the cpu-reachable figure: 1 branches the target verified no run of the rules"
+    )
+    assert f"{excluded_line} takes (dead 1)" in table
+    branch = f"mm_schedule.py:{unreached}->{unreached + 1} get_embedding_chunk"
+    assert f"{branch}: dead: no batch holds 10**9 positions" in table
+    figures = document["coverage"]
+    (path,) = figures["files"]
+    chunk = figures["files"][path]["functions"]["get_embedding_chunk"]
+    assert chunk["branches"] == {"reached": 5, "total": 8}
+    assert chunk["cpu_reachable"] == {"reached": 5, "total": 5} and chunk["cpu_percent"] == 100.0
+    (entry,) = [u for u in chunk["unreached_branches"] if u["line"] == unreached]
+    assert entry["reason"] == reach.DEAD and entry["read_from"] == reach.EXCLUDED
+    assert figures["total"]["excluded"] == {reach.DEAD: 1}
+
+    # A file without the source the claim rests on keeps the branch counted.
+    monkeypatch.setattr(excluded, "EXCLUDED", (replace(dead, needs="if len(positions) > 10**8:"),))
+    _, out, document = _check(capsys, engine, tmp_path / "needs.json")
+    assert "excluded from the cpu-reachable figure" not in out
+    assert f"mm_schedule.py:{unreached}->{unreached + 1} get_embedding_chunk: not reached" in out
+    assert document["coverage"]["total"]["excluded"] == {}
+
+
+BLOCK = """
+def f(xs, deferred):
+    if any(deferred):
+        for x in xs:
+            if x:
+                pass
+    if xs:
+        return 1
+    return 0
+"""
+
+
+@pytest.mark.parametrize(
+    ("line", "to", "covered"),
+    [
+        (3, 4, True),  # the block's own true exit
+        (3, 7, False),  # its other exit
+        (4, 5, True),  # inside the block
+        (5, 6, True),
+        (7, 8, False),  # after it
+    ],
+)
+def test_an_excluded_block_covers_the_branches_inside_it(line, to, covered):
+    block = reach.Excluded("f", "any( deferred )", reach.TRUE, reach.OUTSIDE, "not the rules", block=True)
+    conditions, bodies = reach.conditions_of(BLOCK), reach.bodies_of(BLOCK)
+    assert block.covers(line, to, conditions, bodies) is covered
+
+
+def test_an_exclusion_names_a_known_kind_and_exit():
+    with pytest.raises(ValueError, match="kind 'unlikely'"):
+        reach.Excluded("f", "x", reach.TRUE, "unlikely", "why")
+    with pytest.raises(ValueError, match="a block is the body its true exit enters"):
+        reach.Excluded("f", "x", reach.FALSE, reach.DEAD, "why", block=True)
 
 
 def test_workers_give_the_serial_figures(capsys, engine, tmp_path):
@@ -224,6 +302,30 @@ def test_functions_own_their_body_less_nested_functions():
     assert found["A.m"].first == 3  # the decorator's line, as a code object's co_firstlineno
     assert found["A.m"].own == {5, 7} and found["A.m.inner"].own == {6}
     assert found["A.p"].own == {11} and found["A.p@13"].own == {15}
+
+
+@pytest.mark.network
+@pytest.mark.parametrize("version", ["0.5.15", "0.5.23"])
+def test_every_exclusion_holds_in_the_releases_it_was_read_in(sglang_release, version):
+    """Each of SGLang's excluded branches is a condition of its function, and its claim's source is
+    there, in the releases it was verified in (a typo would exclude nothing, silently)."""
+    from mmharness.engines.sglang.excluded import EXCLUDED
+
+    files = [Path(f) for f in reach.engine_files(sglang_release(version))]
+    sources = [f.read_text() for f in files]
+    found = set()
+    for exclusion in EXCLUDED:
+        for source in sources:
+            function = reach.functions_of(source).get(exclusion.function)
+            if function is None or not exclusion.holds_in("".join(source.split())):
+                continue
+            conditions = reach.conditions_of(source)
+            wanted = "".join(exclusion.condition.split())
+            if any("".join(conditions[n][0].split()) == wanted for n in function.own if n in conditions):
+                found.add(exclusion)
+    assert found, version
+    if version == "0.5.23":  # every one was read there
+        assert [e.function for e in EXCLUDED if e not in found] == []
 
 
 @pytest.mark.network

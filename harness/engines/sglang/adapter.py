@@ -38,8 +38,8 @@ from itertools import accumulate
 from types import ModuleType, SimpleNamespace
 from typing import TYPE_CHECKING, Any
 
-from mmharness import item_data, tensors
-from mmharness.engines.sglang import forms, items, layout, shims
+from mmharness import item_data, reach, tensors
+from mmharness.engines.sglang import excluded, forms, items, layout, shims
 from mmharness.engines.sglang.forms import Found
 from mmharness.model import Case, Item, Request, interleaves, is_well_formed, listed_windows, pruned
 from mmharness.targets import base, distributed, loader
@@ -54,6 +54,9 @@ PATH_SWITCHES = ("_is_hip", "_is_npu", "_is_xpu")
 PER_REQUEST = "per_request"
 CACHE_INITS = ("init_mm_embedding_cache", "init_embedding_cache")
 KIMI_FEATURE = "KimiK3ForConditionalGeneration.get_image_feature"
+MAPPED = ("image",)
+"""The modalities whose encoder R3e hands ``embed_mm_inputs`` in its mapping; it finds the others as the
+model's ``get_<modality>_feature`` (models do either: both lookups are the engine's)."""
 
 
 def switch_path(flag: str) -> str:
@@ -317,6 +320,11 @@ class SGLangTarget(LoadedTarget):
         the engine asked of its process group of one (collectives reached, multi-rank paths untested)."""
         reached = [] if self._collectives is None else self._collectives.notes()
         return [*self.functions.notes, *reached]
+
+    def excluded_branches(self) -> tuple[reach.Excluded, ...]:
+        """The branches of the rule functions no run of the rules takes, each verified by reading the
+        engine's code (``excluded``): ``check --coverage`` leaves them out of its CPU-reachable figure."""
+        return excluded.EXCLUDED
 
     def stand_in_notes(self) -> list[str]:
         notes = []
@@ -713,7 +721,9 @@ class SGLangTarget(LoadedTarget):
     ) -> tuple[torch.Tensor | None, torch.Tensor | None]:
         """R3e through the engine's own caller, ``embed_mm_inputs``, where the release has it: it reads
         each item's modality, calls ``get_embedding_and_mask`` once per modality and scatters the rows
-        by each call's mask. The rows returned are those at the union of the masks, in order."""
+        by each call's mask. The rows returned are those at the union of the masks, in order. Its model is a
+        stand-in (``_model``): the image encoder comes in the mapping, the others as the model's own
+        bound ``get_<modality>_feature``, the two ways models hand their encoders."""
         self._receivable(case)
         full = self.functions.callable("embed_mm_inputs")
         if full is None or "data_embedding_func_mapping" not in full.parameters:
@@ -726,15 +736,18 @@ class SGLangTarget(LoadedTarget):
         by_request: list[list[Any]] = [[] for _ in case.requests]
         for engine_item in batch.items:
             by_request[batch.requests[id(engine_item)]].append(engine_item)
+        model = _model({m.name.lower(): self._embedder(batch, encoder, m.name.lower()) for m in members})
         values = {
             "mm_inputs_list": [SimpleNamespace(mm_items=items) for items in by_request],
             "extend_prefix_lens": batch.prefix_length,
             "extend_seq_lens": batch.extend_length,
             "input_ids": input_ids,
             "input_embedding": _TextEmbedding(case),
-            "multimodal_model": None,
+            "multimodal_model": model,
             "data_embedding_func_mapping": {
-                member: self._embedder(batch, encoder, member.name.lower()) for member in members
+                member: getattr(model, f"get_{member.name.lower()}_feature")
+                for member in members
+                if member.name.lower() in MAPPED
             },
             "use_deepstack": {},
         }
@@ -1049,6 +1062,38 @@ def _why_nothing(engine: loader.Engine, functions: Functions) -> str:
         + (f" ({errors})" if errors else "")
         + "; point at an SGLang release 0.4.6 or later"
     )
+
+
+class _ModelGap(HarnessGap, AttributeError):
+    """An attribute the stand-in model lacks: a gap where the engine needs it, and plain absence where it
+    asks with a default (``getattr`` and ``hasattr`` catch an ``AttributeError``)."""
+
+
+def _model(embedders: dict[str, Callable[[list[Any]], Any]]) -> Any:
+    """A multimodal model as ``embed_mm_inputs`` meets it: a ``get_<modality>_feature`` method per
+    modality, the harness's encoder for that modality's items.
+
+    Bound methods, as a model's own are: the rules read a bound encoder's name
+    and class to decide whether the model moves its features to the device
+    itself (a list of model classes; this one is on no such list, so the rules
+    move them). Any other attribute the engine reads of it is a gap; one it asks for with a default
+    (``getattr(model, name, None)``: a model may lack it) it does without, as for a model lacking it.
+    """
+
+    def method(modality: str, embed: Callable[[list[Any]], Any]) -> Callable[[Any, list[Any]], Any]:
+        def feature(self: Any, items: list[Any]) -> Any:
+            return embed(items)
+
+        feature.__name__ = feature.__qualname__ = f"get_{modality}_feature"
+        return feature
+
+    def missing(self: Any, name: str) -> Any:
+        if name.startswith("__"):
+            raise AttributeError(name)
+        raise _ModelGap(f"the harness's stand-in model has no {name}", what=f"multimodal_model.{name}")
+
+    namespace: dict[str, Any] = {f"get_{m}_feature": method(m, embed) for m, embed in embedders.items()}
+    return type("StandInModel", (), {**namespace, "__getattr__": missing})()
 
 
 class _IdentityTower:
