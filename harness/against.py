@@ -11,7 +11,13 @@ case and params. What the two did is then one of:
 - a **fix**: the reverse; a hazard (shown; fails only under ``--strict``);
 - a **neutral change**: both follow the rules (or fail the same way) but an
   observable differs (rows, a refusal or its message, a mask, the steps, the
-  encoder calls, the calls made: another path); a hazard as well.
+  encoder calls, the cache events, the calls made: another path); a hazard as well.
+
+Cache events (``Target.cache_events``: hits, misses, insertions, evictions, in
+order) are compared where both targets observe their cache; a target that
+cannot returns ``None`` and nothing is compared for it, never a change. They
+show what the rows cannot: an engine's cache evicting its newest free entry
+where the other evicts its oldest.
 
 Each is raised as the runner's ``Failure`` with a signature of its own
 (``regression: ``, ``fix: ``, ``neutral change (OBSERVABLE): ``), so Hypothesis
@@ -44,7 +50,7 @@ REGRESSION, FIX, NEUTRAL = "regression", "fix", "neutral"
 CHANGES = (REGRESSION, FIX, NEUTRAL)
 """The kinds of change, in the order a report names them."""
 
-UNRECORDED = frozenset({"describe", "notes", "new_cache"})
+UNRECORDED = frozenset({"describe", "notes", "new_cache", "cache_events"})
 """Public methods whose answers are not observables: a cache is handed back to the target untouched."""
 
 _FIELDS: dict[str, tuple[str, ...]] = {
@@ -56,6 +62,9 @@ _FIELDS: dict[str, tuple[str, ...]] = {
 """What each part of a method's tuple answer is, to name the observable that differs."""
 _WHOLE: dict[str, str] = {"count_mm_tokens": "count", "split_item": "parts", "split_unreceived": "parts"}
 """The observable a method's whole answer is (any other method's: ``rows``)."""
+_LOGS = frozenset({"log"})
+"""Answer fields that are a step driver's own account of its encoder and cache work: a difference there
+is named by the encoder calls or cache events that differ with it, where they do."""
 _SHOWN = 300
 """Characters of an observable shown in a change's expected/actual."""
 
@@ -70,6 +79,8 @@ class Call:
     """``("value", normalised)`` or ``("error", exception type name, first line of its message)``."""
     encoded: tuple
     """The encoder calls it made: each a tuple of ``(hash, token count)``."""
+    cached: tuple | None = None
+    """What the cache it was handed did meanwhile (``(event, key)`` each); ``None``: not observed."""
 
 
 def normalised(value: Any) -> Any:
@@ -163,23 +174,47 @@ class Recorded:
         def call(*args: Any, **kwargs: Any) -> Any:
             encoders = [a for a in (*args, *kwargs.values()) if isinstance(a, Encoder)]
             before = [len(e.calls) for e in encoders]
+            cache = kwargs.get("cache")
+            events = self._cache_events(cache)
             path = kwargs.get("path")
             try:
                 value = method(*args, **kwargs)
             except Exception as error:
-                self._keep(name, path, _error(error), encoders, before)
+                self._keep(name, path, _error(error), encoders, before, self._since(cache, events))
                 raise
-            self._keep(name, path, ("value", normalised(answer(name, value))), encoders, before)
+            outcome = ("value", normalised(answer(name, value)))
+            self._keep(name, path, outcome, encoders, before, self._since(cache, events))
             return value
 
         return call
 
-    def _keep(self, name: str, path: Any, outcome: tuple, encoders: list[Encoder], before: list[int]) -> None:
+    def _cache_events(self, cache: Any) -> list | None:
+        """The events of the cache a call is handed, so far; ``None`` where the target cannot see them."""
+        if cache is None:
+            return None
+        read = getattr(self._target, "cache_events", None)
+        events = read(cache) if read is not None else None
+        return None if events is None else list(events)
+
+    def _since(self, cache: Any, before: list | None) -> tuple | None:
+        """What the cache did since ``before`` (its events when the call began)."""
+        after = None if before is None else self._cache_events(cache)
+        return None if after is None else tuple(tuple(e) for e in after[len(before) :])
+
+    def _keep(
+        self,
+        name: str,
+        path: Any,
+        outcome: tuple,
+        encoders: list[Encoder],
+        before: list[int],
+        cached: tuple | None,
+    ) -> None:
         made = [
             tuple(tuple(map(tuple, c)) for c in e.calls[n:]) for e, n in zip(encoders, before, strict=True)
         ]
         encoded = tuple(c for calls in made for c in calls)
-        self.calls.append(Call(name, None if path is None else str(path), outcome, encoded))
+        self.calls.append(Call(name, None if path is None else str(path), outcome, encoded, cached))
 
 
 @dataclass
@@ -219,11 +254,16 @@ def first_difference(mine: Sequence[Call], theirs: Sequence[Call]) -> Difference
         if (a.method, a.path) != (b.method, b.path):
             return Difference("calls", f"call {k + 1}", _call_name(a), _call_name(b))
         if a.outcome != b.outcome:
+            observable = _outcome_observable(a, b)
+            work = _work_difference(a, b, where) if observable in _LOGS else None
+            if work is not None:
+                return work
             at, x, y = _first_leaf(a.outcome, b.outcome)
             where += f", {at}" if at else ""
-            return Difference(_outcome_observable(a, b), where, _shown(x), _shown(y))
-        if a.encoded != b.encoded:
-            return Difference("encoder calls", where, _calls(a.encoded), _calls(b.encoded))
+            return Difference(observable, where, _shown(x), _shown(y))
+        work = _work_difference(a, b, where)
+        if work is not None:
+            return work
     if len(mine) != len(theirs):
         k = min(len(mine), len(theirs))
 
@@ -232,6 +272,23 @@ def first_difference(mine: Sequence[Call], theirs: Sequence[Call]) -> Difference
 
         return Difference("calls", f"after call {k}", rest(mine), rest(theirs))
     return None
+
+
+def _work_difference(a: Call, b: Call, where: str) -> Difference | None:
+    """How two calls' encoder calls differ, else their cache events (where both were observed)."""
+    if a.encoded != b.encoded:
+        return Difference("encoder calls", where, _calls(a.encoded), _calls(b.encoded))
+    if a.cached is not None and b.cached is not None and a.cached != b.cached:
+        return Difference("cache events", where, _events(a.cached, b.cached), _events(b.cached, a.cached))
+    return None
+
+
+def _events(mine: tuple, theirs: tuple) -> str:
+    """Cache events from the first that differs from the other side's (and how many came before)."""
+    k = next((n for n, (x, y) in enumerate(zip(mine, theirs, strict=False)) if x != y), None)
+    k = min(len(mine), len(theirs)) if k is None else k
+    shown = _shown([f"{event} {key}" for event, key in mine[k:]])
+    return f"after {k} alike: {shown}" if k else shown
 
 
 def _calls(encoded: tuple) -> str:

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from mmharness.model import Case, Request
+from mmharness.model import Case, Item, Request
 
 PREFILL, EMBED, SKIP, CACHE = "prefill", "embed", "skip", "cache"
 CHUNKS = (PREFILL, EMBED)
@@ -28,8 +28,9 @@ PATHS = ("default", "other")
 """A step on the target's default path, or on its other one (``Target.paths``: SGLang's per-request
 path, vLLM's V2 gather; the default where it has no other)."""
 FORMS = ("tensor", "list")
-CACHE_SIZES = ("unlimited", "half", "tiny", "zero")
-"""``half``: room for half the case's rows (evicting); ``tiny``: two rows."""
+CACHE_SIZES = ("unlimited", "half", "tiny", "zero", "pair")
+"""``half``: room for half the case's rows (evicting); ``tiny``: two rows; ``pair``: room for the case's
+two largest distinct items, so a third evicts one of two free entries (which one is the cache's order)."""
 MAX_STEPS = 12
 
 
@@ -44,6 +45,26 @@ def window_case(case: Case, progress: list[int], requests: list[int], lengths: l
         for r, n in zip(requests, lengths, strict=True)
     )
     return replace(case, requests=chosen)
+
+
+def revisit(case: Case) -> Case:
+    """``case`` and one more request: another user sending every item of the earlier requests again,
+    in their order, one after another (a text token before each), its whole sequence to prefill.
+
+    Run after the others on one cache, it asks again for what the cache kept and what it evicted: a hit
+    or an encode, so which free entry an engine evicts for room shows in its encoder calls and cache
+    events; two of its items with one hash are one item held twice by one request. A case whose
+    per-request lists are shorter than the batch (EAGLE's) is returned as it is.
+    """
+    if case.prefix_listed is not None or case.extend_listed is not None or not any(case.items()):
+        return case
+    again: list[Item] = []
+    at = 0
+    for _, _, item in case.items():
+        shift = at + 1 - item.extent.start
+        again.append(replace(item, spans=tuple((s + shift, e + shift) for s, e in item.spans)))
+        at += 1 + len(item.extent)
+    return replace(case, requests=(*case.requests, Request(at + 1, 0, at + 1, tuple(again))))
 
 
 def advance(case: Case, progress: list[int], step: dict) -> list[int]:

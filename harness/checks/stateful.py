@@ -49,7 +49,15 @@ def _programs(device: str):
     from hypothesis import strategies as st
     from mmharness import strategies as mst
 
-    cases = mst.cases(min_requests=1, max_requests=3, min_items_total=1, collisions=True, device=device)
+    def drawn(items: int):
+        return mst.cases(
+            min_requests=1, max_requests=3, min_items_total=items, collisions=True, device=device
+        )
+
+    # Half the cases hold three items or more and end with a request sending them all again
+    # (``steps.revisit``): after the others ran on a small cache, what it kept is hit and what it
+    # evicted is encoded again, so the cache's eviction order shows.
+    cases = st.one_of(drawn(1), drawn(3).map(program.revisit))
     return cases.flatmap(
         lambda case: st.tuples(mst.prefill_programs(case), mst.run_options(case)).map(
             lambda drawn: (case, {"steps": drawn[0], **drawn[1]})
@@ -124,7 +132,18 @@ class Machine:
     def _size(self, name: str) -> int:
         row = self.case.row_bytes
         rows = sum(item.token_count for _, _, item in self.case.items())
-        return {"unlimited": UNLIMITED_CACHE, "half": rows * row // 2, "tiny": 2 * row, "zero": 0}[name]
+        distinct = sorted(
+            {(item.hash, item.token_count) for _, _, item in self.case.items()}, key=lambda k: -k[1]
+        )
+        pair = sum(count for _, count in distinct[:2]) * row
+        sizes = {
+            "unlimited": UNLIMITED_CACHE,
+            "half": rows * row // 2,
+            "tiny": 2 * row,
+            "zero": 0,
+            "pair": pair,
+        }
+        return sizes[name]
 
     def _prefill(self, k: int, step: dict) -> None:
         batch = program.window_case(self.case, self.progress, step["requests"], step["lengths"])

@@ -43,6 +43,11 @@ PathName = str
 UNLIMITED_CACHE = 1 << 40
 """A cache size (bytes) no case fills: the cache never evicts."""
 EncoderForm = Literal["tensor", "list"]
+CACHE_EVENTS = ("hit", "miss", "insert", "evict")
+"""What a cache may do to an entry: a lookup that finds it or not, an entry stored, one dropped for room."""
+CacheEvent = tuple[str, int]
+"""``(event, key)``: one of ``CACHE_EVENTS`` and the entry's key (an item's hash, or the engine's key of
+several items)."""
 
 
 METHODS: dict[str, tuple[str, ...]] = {
@@ -179,9 +184,10 @@ class Target(Protocol):
     goes in ``unloaded`` (capability -> the file and its error) as well: its
     checks are *could not test*, never a skip, since a broken file is not a
     missing feature. ``paths`` names the ways it can take to one answer, its
-    default first, and ``notes()`` what a user should know before reading its
-    verdicts. Those four have defaults here (nothing missing or unloaded, the
-    paths ``default_paths`` gives, no notes), which a class subclassing
+    default first, ``notes()`` what a user should know before reading its
+    verdicts, and ``cache_events(cache)`` what its cache did (``--against``
+    compares it). Those five have defaults here (nothing missing or unloaded, the
+    paths ``default_paths`` gives, no notes, a cache it cannot observe), which a class subclassing
     ``Target`` inherits; an adapter with only the first three is given them
     (``with_defaults``), so an adapter written before them still loads. Each
     method's contract is its rule in ``docs/rules.md``;
@@ -209,6 +215,13 @@ class Target(Protocol):
         """What a user should know before reading this target's verdicts (``check`` prints them)."""
         return []
 
+    def cache_events(self, cache: Any) -> list[CacheEvent] | None:
+        """Everything ``cache`` (one ``new_cache`` made) did so far, in order: hits, misses, insertions
+        and evictions (``CACHE_EVENTS``). ``--against`` compares what each call added, since two engines
+        that serve the same rows may keep other entries. ``None``: this target cannot observe its cache,
+        and nothing is compared (never a change)."""
+        return None
+
 
 class _WithDefaults(Target):
     """An adapter shaped like ``Target`` before it had defaults: its own members, then ``Target``'s."""
@@ -231,3 +244,7 @@ class _WithDefaults(Target):
     def notes(self) -> list[str]:
         own = getattr(self._adapter, "notes", None)
         return own() if own is not None else []
+
+    def cache_events(self, cache: Any) -> list[CacheEvent] | None:
+        own = getattr(self._adapter, "cache_events", None)
+        return own(cache) if own is not None else None

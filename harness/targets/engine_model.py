@@ -73,6 +73,7 @@ class EmbeddingCache:
 
     Entries larger than the whole budget are refused; a budget of 0 stores nothing.
     Whether a hit fits the item asking for it is the caller's business (hashes collide).
+    ``events``: what it did, in order (``Target.cache_events``).
     """
 
     def __init__(self, max_size: int) -> None:
@@ -80,6 +81,7 @@ class EmbeddingCache:
         self.size = 0
         self._entries: OrderedDict[Hashable, torch.Tensor] = OrderedDict()
         self._notes: dict[Hashable, int] = {}
+        self.events: list[tuple[str, Hashable]] = []
 
     def __contains__(self, key: Hashable) -> bool:
         return key in self._entries
@@ -91,6 +93,7 @@ class EmbeddingCache:
         entry = self._entries.get(key)
         if entry is not None:
             self._entries.move_to_end(key)
+        self.events.append(("miss" if entry is None else "hit", key))
         return entry
 
     def note(self, key: Hashable) -> int | None:
@@ -112,10 +115,12 @@ class EmbeddingCache:
         if old is not None:
             self.size -= _nbytes(old)
         while self.size + nbytes > self.max_size:
-            _, evicted = self._entries.popitem(last=False)
+            gone, evicted = self._entries.popitem(last=False)
             self.size -= _nbytes(evicted)
+            self.events.append(("evict", gone))
         self._entries[key] = tensor
         self.size += nbytes
+        self.events.append(("insert", key))
         return True
 
 
@@ -270,6 +275,9 @@ class EngineModel(Target):
 
     def new_cache(self, max_size: int) -> EmbeddingCache:
         return EmbeddingCache(max_size)
+
+    def cache_events(self, cache: Any) -> list[tuple[str, Hashable]] | None:
+        return list(cache.events) if isinstance(cache, EmbeddingCache) else None
 
     def chunked_prefill_embedding(
         self, case: Case, encoder: Encoder, *, cache: Any = None, path: PathName = "batched"

@@ -21,15 +21,17 @@ from mmharness.strategies._internal.validation import check_int, check_order, ch
 @st.composite
 def _programs(draw: DrawFn, case: Case, max_steps: int, paths: tuple[str, ...], forms: tuple[str, ...]):
     progress = [0] * len(case.requests)
+    if integer(draw, 0, 3) == 3:
+        return _pressure(case, paths, forms)
     drawn: list[dict] = []
     if integer(draw, 0, 3) == 0:  # a quarter of the programs start on an evicting cache
-        drawn.append({"op": program.CACHE, "size": program.CACHE_SIZES[integer(draw, 1, 3)]})
+        drawn.append({"op": program.CACHE, "size": program.CACHE_SIZES[integer(draw, 1, 4)]})
     for _ in range(integer(draw, 1, max_steps)):
         kinds = [program.PREFILL] * 3 + [program.EMBED, program.SKIP, program.CACHE]
         kind = kinds[integer(draw, 0, len(kinds) - 1)]
         open_requests = [r for r in range(len(case.requests)) if program.remaining(case, progress, r) > 0]
         if kind == program.CACHE or not open_requests:
-            step = {"op": program.CACHE, "size": program.CACHE_SIZES[integer(draw, 0, 3)]}
+            step = {"op": program.CACHE, "size": program.CACHE_SIZES[integer(draw, 0, 4)]}
         elif kind == program.SKIP:
             r = open_requests[integer(draw, 0, len(open_requests) - 1)]
             rest = program.remaining(case, progress, r)
@@ -54,6 +56,20 @@ def _programs(draw: DrawFn, case: Case, max_steps: int, paths: tuple[str, ...], 
     return drawn
 
 
+def _pressure(case: Case, paths: tuple[str, ...], forms: tuple[str, ...]) -> list[dict]:
+    """A cache with room for two items, then each request prefilled whole, one a step, in order.
+
+    Where the case holds three distinct items, the third evicts one of two free entries; a later
+    request wanting one of them (``steps.revisit``'s) hits or encodes it again, by the cache's order.
+    """
+    steps: list[dict] = [{"op": program.CACHE, "size": "pair"}]
+    for r, request in enumerate(case.requests):
+        if request.seq_len:
+            chunk = {"op": program.PREFILL, "requests": [r], "lengths": [request.seq_len]}
+            steps.append({**chunk, "path": paths[0], "form": forms[0], "scribble": False})
+    return steps
+
+
 def prefill_programs(
     case: Case,
     *,
@@ -66,6 +82,8 @@ def prefill_programs(
     ``paths`` (the target's ``default`` path, or its ``other``, by whatever name the target gives it)
     and ``forms`` (encoder output forms) are what the prefill steps may use; ``scribble`` marks a step
     after which the encoder's output buffers are overwritten (an encoder that reuses its buffers).
+    A quarter of the programs put the cache under pressure: room for two items, each request
+    prefilled whole in turn, so a third item evicts one of two free entries.
     """
     check_int("max_steps", max_steps, min_value=1)
     check_order("max_steps", max_steps, "the most a program holds", program.MAX_STEPS)

@@ -39,7 +39,7 @@ from types import ModuleType, SimpleNamespace
 from typing import TYPE_CHECKING, Any
 
 from mmharness import item_data, reach, tensors
-from mmharness.engines.sglang import excluded, forms, items, layout, shims
+from mmharness.engines.sglang import cache_watch, excluded, forms, items, layout, shims
 from mmharness.engines.sglang.forms import Found
 from mmharness.model import Case, Item, Request, interleaves, is_well_formed, listed_windows, pruned
 from mmharness.targets import base, distributed, loader
@@ -674,7 +674,8 @@ class SGLangTarget(LoadedTarget):
         return _by_position(parts, None)
 
     def new_cache(self, max_size: int) -> Any:
-        """A fresh instance of the release's own embedding cache, made by its own init function."""
+        """A fresh instance of the release's own embedding cache, made by its own init function (what it
+        does recorded: ``cache_events``)."""
         init = self.functions.cache_init
         if init is None:
             return None
@@ -684,10 +685,14 @@ class SGLangTarget(LoadedTarget):
         try:
             with self.watched():
                 init.call({"max_size": max_size})
-            return rules.embedding_cache
+            return cache_watch.watch(rules.embedding_cache)
         finally:
             if had:
                 rules.embedding_cache = saved
+
+    def cache_events(self, cache: Any) -> list[tuple[str, Any]] | None:
+        """What a cache ``new_cache`` made did so far (``cache_watch``); ``None`` for one it cannot see."""
+        return None if cache is None else cache_watch.events(cache)
 
     def chunked_prefill_embedding(
         self, case: Case, encoder: Encoder, *, cache: Any = None, path: PathName = "batched"

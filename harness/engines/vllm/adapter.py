@@ -181,6 +181,10 @@ class VLLMTarget(LoadedTarget):
     def new_cache(self, max_size: int) -> EncoderCache:
         return EncoderCache(max_size)
 
+    def cache_events(self, cache: Any) -> list[tuple[str, int]] | None:
+        """What the release's ``EncoderCacheManager`` did so far (``driver.watch``), keyed by item hash."""
+        return list(cache.events) if isinstance(cache, EncoderCache) else None
+
     def _run(self, case: Case, encoder: Encoder, cache: EncoderCache, path: str, **options: Any) -> Served:
         if path not in self.paths:  # the harness asked for a path this release lacks: its own mistake
             raise HarnessGap(f"no path {path!r} in this target; its paths are {', '.join(self.paths)}")

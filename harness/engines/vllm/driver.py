@@ -88,6 +88,8 @@ class EncoderCache:
     outputs: dict[str, Any] = field(default_factory=dict)
     features: dict[str, list[Any]] = field(default_factory=dict)
     """Per request id, its feature specs (model runner V2 reads them from its encoder cache)."""
+    events: list[tuple[str, int]] = field(default_factory=list)
+    """What the manager did, in order (``watch``): ``(hit|miss|insert|evict, item hash)``."""
 
 
 @dataclass
@@ -169,6 +171,72 @@ def placeholder(modules: Modules, item: Item) -> Any:
     for start, end in item.spans:
         mask[start - first : end - first + 1] = True
     return modules.placeholder_range(offset=first, length=length, is_embed=mask)
+
+
+def item_hash(identifier: str) -> int:
+    """The item hash behind an identifier ``identifier`` gave (``-1``: one the harness never gave)."""
+    try:
+        return int(identifier.removeprefix("mm-"), 16) if identifier.startswith("mm-") else -1
+    except ValueError:
+        return -1
+
+
+def watch(manager: Any, events: list[tuple[str, int]]) -> None:
+    """Record in ``events`` what the release's ``EncoderCacheManager`` does, in the order it does it.
+
+    Its own methods still run; each is wrapped on the instance, where the
+    scheduler calls them: a lookup (``check_and_update_cache``: a hit or a
+    miss), an allocation (an insert), and the entries ``can_allocate`` evicted
+    for room (in the order of its ``freed`` list, else of its ``cached`` keys).
+    Only what vLLM's scheduler asks of its manager is seen, so two releases
+    whose managers keep other entries differ here even where their rows agree.
+    """
+
+    def key(request: Any, input_id: int) -> int:
+        return item_hash(request.mm_features[input_id].identifier)
+
+    def held() -> list:
+        return list(getattr(manager, "cached", {}))
+
+    def check_and_update_cache(lookup: Callable[..., Any]) -> Callable[..., Any]:
+        def wrapped(request: Any, input_id: int, *args: Any, **kwargs: Any) -> Any:
+            found = lookup(request, input_id, *args, **kwargs)
+            events.append(("hit" if found else "miss", key(request, input_id)))
+            return found
+
+        return wrapped
+
+    def allocate(allocating: Callable[..., Any]) -> Callable[..., Any]:
+        def wrapped(request: Any, input_id: int, *args: Any, **kwargs: Any) -> Any:
+            done = allocating(request, input_id, *args, **kwargs)
+            events.append(("insert", key(request, input_id)))
+            return done
+
+        return wrapped
+
+    def can_allocate(room: Callable[..., Any]) -> Callable[..., Any]:
+        def wrapped(*args: Any, **kwargs: Any) -> Any:
+            freed = getattr(manager, "freed", None)
+            before = len(freed) if isinstance(freed, list) else held()
+            answer = room(*args, **kwargs)
+            if isinstance(before, int):
+                dropped = manager.freed[before:]
+            else:
+                now = set(held())
+                dropped = [h for h in before if h not in now]
+            events.extend(("evict", item_hash(h)) for h in dropped)
+            return answer
+
+        return wrapped
+
+    for name, wrap in (
+        ("check_and_update_cache", check_and_update_cache),
+        ("allocate", allocate),
+        ("can_allocate", can_allocate),
+    ):
+        method = getattr(manager, name, None)
+        if callable(method):  # a manager lacking one (a fork's, a test's) is watched for the rest
+            setattr(manager, name, wrap(method))
 
 
 def spans_of(position: Any) -> list[tuple[int, int]]:
@@ -253,6 +321,7 @@ class Driver:
         wanted = max(cache.max_size // case.row_bytes, largest)
         if cache.manager is None:
             cache.manager = self.m.cache_manager(cache_size=wanted)
+            watch(cache.manager, cache.events)
         elif cache.manager.cache_size < largest:  # vLLM's invariant: the cache holds its largest item
             grow = largest - cache.manager.cache_size
             cache.manager.cache_size += grow
