@@ -7,6 +7,7 @@ import subprocess
 import sys
 
 import pytest
+from mmharness import steps
 from mmharness.cli import main
 
 
@@ -210,7 +211,7 @@ def test_a_failing_program_is_saved_with_its_steps_and_replays(capsys, tmp_path)
     assert code == 1 and '"steps": [' in out
     for path in sorted(tmp_path.glob("prefill.stateful-*.json")):
         document = json.loads(path.read_text())
-        assert document["params"]["steps"][0]["op"] in ("prefill", "skip", "cache")
+        assert document["params"]["steps"][0]["op"] in (*steps.CHUNKS, steps.SKIP, steps.CACHE)
         divergence = document["note"].startswith("divergence")
         assert run(capsys, "replay", str(path))[0] == (1 if divergence else 0)
         assert run(capsys, "replay", str(path), "--target", "reference")[0] == 0

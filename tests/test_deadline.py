@@ -218,12 +218,12 @@ def mmharness(cwd: Path, *args: str) -> subprocess.CompletedProcess:
 def test_check_gives_the_deadline_verdict_saves_the_case_and_replay_gives_it_again(tmp_path):
     (tmp_path / "looping_adapter.py").write_text(LOOPING)
     spec, findings = "looping_adapter:Looping", tmp_path / "findings"
-    start = time.monotonic()
+    # A run that hangs fails here by mmharness()'s subprocess timeout; no wall-clock bound of its own,
+    # which a loaded machine would break (the search shrinks the looping case, one deadline per try).
     run = mmharness(
         tmp_path, "check", "--target", spec, "--checks", CHECK, "--deadline", "1", "--findings", str(findings)
     )
     assert run.returncode == 1, run.stdout + run.stderr
-    assert time.monotonic() - start < 60
     assert f"DIVERGENCE     {CHECK} (R3)" in run.stdout
     assert "did not finish in 1 s" in run.stdout and "signature: did not finish in N s" in run.stdout
     notes = {path: json.loads(path.read_text())["note"] for path in findings.iterdir()}
@@ -234,7 +234,6 @@ def test_check_gives_the_deadline_verdict_saves_the_case_and_replay_gives_it_aga
     assert replayed.returncode == 1, replayed.stdout + replayed.stderr
     assert f"DIVERGENCE     {CHECK} (R3)  after 1 examples: did not finish in 1 s" in replayed.stdout
     assert "signature: did not finish in N s" in replayed.stdout
-    assert time.monotonic() - start < 90
 
 
 def test_a_matrix_gives_its_targets_the_deadline(looping, monkeypatch):
