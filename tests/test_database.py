@@ -16,9 +16,10 @@ CHECKS = all_checks()
 def test_a_failure_found_once_is_replayed_first(tmp_path):
     database = DirectoryBasedExampleDatabase(str(tmp_path))
     check, target = CHECKS["prefill.cache_independent"], resolve("mutant:prefill_cache_warmth")
-    first = run_check(check, target, profile="dev", database=database)
+    first = run_check(check, target, profile="dev", database=database, stop_at=(DIVERGENCE,))
     assert first.status == DIVERGENCE
-    # the second run only to its first divergence: whether the saved examples come first, not the rest
+    # both runs only to their first divergence (unshrunk: the first saves the example as found); the
+    # second asks whether the saved examples come first, not for the rest
     again = run_check(check, target, profile="dev", database=database, stop_at=(DIVERGENCE,))
     assert again.status == DIVERGENCE
     # the first example: without the saved ones this mutant still fails by the third (the dev
