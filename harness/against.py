@@ -37,8 +37,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from mmharness.checks.common import unreceived
 from mmharness.checks.outcome import DIVERGENCE, HAZARD, CouldNotTest, Failure, Hazard, template, unfinished
 from mmharness.deadline import DidNotFinish, Unfinished
+from mmharness.model import Case
 from mmharness.targets.base import Encoder
 
 if TYPE_CHECKING:
@@ -50,8 +52,9 @@ REGRESSION, FIX, NEUTRAL = "regression", "fix", "neutral"
 CHANGES = (REGRESSION, FIX, NEUTRAL)
 """The kinds of change, in the order a report names them."""
 
-UNRECORDED = frozenset({"describe", "notes", "new_cache", "cache_events"})
-"""Public methods whose answers are not observables: a cache is handed back to the target untouched."""
+UNRECORDED = frozenset({"describe", "notes", "new_cache", "cache_events", "unreceived"})
+"""Public methods whose answers are not observables: a cache is handed back to the target untouched;
+what a target receives decides whether a case is compared at all (``compare``)."""
 
 _FIELDS: dict[str, tuple[str, ...]] = {
     "embedding_chunk": ("rows", "start", "end"),
@@ -403,7 +406,12 @@ def _severity(kind: str) -> int:
 
 
 def compare(check: Check, target: Target, other: Target, case: Any, params: dict) -> None:
-    """Run the check's property on both targets with the same case and params; raise the change."""
+    """Run the check's property on both targets with the same case and params; raise the change. A case
+    one of them never receives (``checks.common.unreceived``: an EVS-pruned video for a release
+    without EVS) compares nothing: one side's run against the other's leaving it out is a change of
+    input, not of behaviour."""
+    if isinstance(case, Case) and any(unreceived(t, case) is not None for t in (target, other)):
+        return
     mine, theirs = _run(check, target, case, params), _run(check, other, case, params)
     if isinstance(mine.failure, CouldNotTest):
         raise mine.failure

@@ -256,3 +256,18 @@ def test_a_representation_only_difference_is_no_change_and_r2s_none_still_is():
     assert difference("embedding_and_mask", (no_rows, mask), (no_rows, None)).observable == "mask"
     assert difference("chunked_prefill_embedding", none, torch.zeros(1, 4)).observable == "rows"
     assert difference("precomputed_embedding", none, no_rows).observable == "rows"
+
+
+def test_a_case_one_target_never_receives_is_not_compared():
+    """An EVS-pruned video: the reference receives it, the engine model (no ``unreceived``) leaves it
+    out; comparing one side's run with the other's leaving it out would be a change of input, so
+    nothing is compared, either way round. A case both receive is compared as ever."""
+    from mmharness.checks import all_checks
+    from mmharness.targets.engine_model import EngineModel
+
+    check, model, reference = all_checks()["prefill.matches_reference"], EngineModel(), ReferenceTarget()
+    pruned = Item(((0, 0), (3, 3)), hash=3, modality="video", frame_rows=(2, 0))
+    case = Case(requests=(Request(seq_len=4, prefix_len=1, extend_len=1, items=(pruned,)),), hidden=4)
+    against.compare(check, model, reference, case, {})
+    against.compare(check, reference, model, case, {})
+    against.compare(check, reference, reference, case, {})

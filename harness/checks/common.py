@@ -37,8 +37,8 @@ def unreceived(target: Target, case: Case) -> str | None:
     report says it), so a pass is not read as covering it.
 
     EVS is one engine's convention (vLLM's differs), so a target without ``unreceived`` (the engine
-    model and its mutants, an adapter of one's own) is given no EVS-pruned video: only the reference
-    and the targets that say which cases they receive are.
+    model and its mutants, an adapter of one's own) is given no EVS-pruned video: only the targets that
+    say which cases they receive (the reference: every case) are.
     """
     asked = getattr(target, "unreceived", None)
     if asked is not None:
@@ -46,9 +46,7 @@ def unreceived(target: Target, case: Case) -> str | None:
         if why is not None and isinstance(getattr(target, "left_out", None), set):
             target.left_out.add(why)
         return why
-    if isinstance(target, ReferenceTarget) or not any(item.frame_rows for _, _, item in case.items()):
-        return None
-    return UNDECLARED_EVS
+    return UNDECLARED_EVS if any(item.frame_rows for _, _, item in case.items()) else None
 
 
 def with_window(case: Case, request: int, prefix_len: int, extend_len: int) -> Case:

@@ -22,6 +22,10 @@ class ReferenceTarget(Target):
     def describe(self) -> dict[str, Any]:
         return {"target": self.name, "source": reference.__file__, "stubbed": []}
 
+    def unreceived(self, case: Case) -> str | None:
+        """``None``: the rules speak of every well-formed case, EVS-pruned videos included."""
+        return None
+
     def embedding_chunk(
         self, embedding: torch.Tensor, case: Case, request: int
     ) -> tuple[torch.Tensor, int, int]:
