@@ -75,11 +75,13 @@ run, baselines included) narrow a look to the checks a file's rules need.
 path an item takes, the encoder's call pattern or the message of a refusal,
 so a mutant changing only those survives them. In this mode a mutant the
 rules leave alive (under ``--strict``) is checked again, ``mmharness check
---against UNMUTATED --strict --fail-fast``, ``UNMUTATED`` being a path copy
-of the same release no worker mutates: every case runs on both, and it is
-*killed by --against* when that run reports any change (a regression, a fix
-or a neutral change: ``mmharness.against``; ``--strict --fail-fast`` stops
-at the first check with one, since one is enough). Its per-case deadline is
+--against UNMUTATED --strict --fail-fast --first-failure``, ``UNMUTATED`` being
+a path copy of the same release no worker mutates: every case runs on both, and
+it is *killed by --against* when that run reports any change (a regression, a
+fix or a neutral change: ``mmharness.against``; ``--strict --fail-fast
+--first-failure`` stops at the first case of the first check with one, unshrunk,
+since one is enough: shrinking each change cost an eviction-order mutant of vLLM
+its whole ``--timeout``). Its per-case deadline is
 twice ``--deadline``, the two targets sharing it; one past ``--timeout`` is an
 error (its cost, not a hang: the rules run finished). A mutant the rules kill is
 counted killed by ``--against`` too without a second run: it fails in a way
@@ -476,7 +478,8 @@ def compared(
     survivor is checked against the unmutated copy; any other verdict (a kill, an error) is its own."""
     if strict != SURVIVED:
         return {"against": strict}
-    extra = [*given, "--against", unmutated, "--strict", "--fail-fast", "--deadline", str(2 * deadline)]
+    extra = [*given, "--against", unmutated, "--strict", "--fail-fast", "--first-failure"]
+    extra += ["--deadline", str(2 * deadline)]
     code, found = reported(copy, extra, report, timeout=timeout)
     changes = changes_in(found)
     return {"against": against_verdict(code, changes), "changes": changes}

@@ -85,7 +85,8 @@ class Finding:
     """How many examples ran until the first one failing this way (before shrinking)."""
     saved: str | None = None
     shrunk: bool = True
-    """False for a finding kept as first seen, because the run was interrupted while shrinking."""
+    """False for a finding kept as first seen: the run was interrupted while shrinking, or asked not to
+    shrink (``stop_at``)."""
     unshrunk: str = ""
     """With ``shrunk`` False, what the report says of the case instead of "interrupted" (the search
     stopped because runs kept hitting the deadline)."""
@@ -555,9 +556,10 @@ class _Search:
         for one in found:
             signature = one.failure.signature
             at = spent_before + min(first_seen.get(signature, 1), round_budget)
-            self.findings.setdefault(
-                signature, Finding(one.failure.kind, signature, one.failure, one.example, at)
-            )
+            note = "" if self.shrink else "case as found (the search stopped at its first failure)"
+            kind, example = one.failure.kind, one.example
+            finding = Finding(kind, signature, one.failure, example, at, shrunk=self.shrink, unshrunk=note)
+            self.findings.setdefault(signature, finding)
             self.spent = max(self.spent, at)
 
     def _unfinished(self, error: BaseException, first_seen: dict[str, int]) -> None:

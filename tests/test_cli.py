@@ -435,3 +435,18 @@ def test_a_finding_made_under_env_is_saved_with_it_and_replayed_under_it(capsys,
     other.write_text(path.read_text().replace('"MMH_TEST_SETTING": "7"', '"MMH_TEST_SETTING": "8"'))
     code, _, err = run(capsys, "replay", str(path), str(other))
     assert code == 2 and "saved under different settings" in err and "replay them apart" in err
+
+
+def test_first_failure_ends_each_check_at_its_first_failing_case_unshrunk(capsys, tmp_path):
+    target = "mutant:chunk_start_off_by_one"
+    args = ["check", "--target", target, "--checks", "chunk.matches_reference", "--findings", str(tmp_path)]
+    code, out, _ = run(capsys, *args, "--first-failure")
+    assert code == 1 and "case as found (the search stopped at its first failure)" in out
+    assert "shrunk case" not in out
+    (saved,) = tmp_path.glob("chunk.matches_reference-*.json")
+    assert run(capsys, "replay", str(saved), "--target", target)[0] == 1
+    baseline = tmp_path / "baseline.json"
+    args = ["check", "--target", "reference", "--checks", "chunk.matches_reference", "--max-examples", "2"]
+    assert run(capsys, *args, "--write-baseline", str(baseline))[0] == 0
+    code, _, err = run(capsys, *args, "--first-failure", "--baseline", str(baseline))
+    assert code == 2 and "--first-failure with --baseline" in err

@@ -84,6 +84,13 @@ def add_parser(sub) -> None:
     check.add_argument("--strict", action="store_true", help="hazards and could-not-test fail the run too")
     check.add_argument("--fail-fast", action="store_true", help="stop at the first check that fails the run")
     check.add_argument(
+        "--first-failure",
+        action="store_true",
+        help="each check ends at its first case that fails the run, reported and saved as found, not"
+        " shrunk: whether the target fails, fast (not with --baseline, whose tolerated findings would end"
+        " a search as well)",
+    )
+    check.add_argument(
         "--coverage",
         action="store_true",
         help="measure the branch coverage of the target's rule functions (coverage.py, the `coverage` extra):"
@@ -130,6 +137,8 @@ def run(args: argparse.Namespace) -> int:
     workers = worker_count(args.workers)
     current = baseline.identity(target, args.target)
     known = _baseline(args.baseline, current)
+    if args.first_failure and args.baseline:
+        raise UsageError("--first-failure with --baseline: a tolerated finding would end the search too")
     findings, args.findings = findings_option(args.findings)
     outputs = {"--json": args.json, "--junit": args.junit, "--write-baseline": args.write_baseline}
     distinct({findings: args.findings, **outputs})
@@ -166,6 +175,7 @@ def run(args: argparse.Namespace) -> int:
         regressions=regressions,
         against=other,
         against_spec=args.against,
+        stop_at=_failing_kinds(args.strict) if args.first_failure else (),
         **options,
     )
     if regressions:
@@ -304,6 +314,14 @@ def _fails(result, known, strict: bool) -> bool:
     from mmharness.runner import fails_run
 
     return any(fails_run(f.kind, strict=strict) for f in _untolerated(result, known))
+
+
+def _failing_kinds(strict: bool) -> tuple[str, ...]:
+    """The finding kinds that fail the run (``--first-failure`` ends a check's search at one)."""
+    from mmharness.checks.outcome import COULD_NOT_TEST, DIVERGENCE, HAZARD
+    from mmharness.runner import fails_run
+
+    return tuple(kind for kind in (DIVERGENCE, HAZARD, COULD_NOT_TEST) if fails_run(kind, strict=strict))
 
 
 def _baseline(paths: list[str] | None, current: dict):
