@@ -544,8 +544,10 @@ def run_worker(
             outcome, strict = verdicts(code, findings)
             result = {**job, "outcome": outcome, "strict": strict, "new": findings}
             if unmutated is not None:
+                # no baselines there: what both copies do alike is no change (and --first-failure
+                # would stop at a tolerated finding)
                 result |= compared(
-                    copy, given, unmutated, strict, deadline=deadline, timeout=timeout, report=report
+                    copy, options, unmutated, strict, deadline=deadline, timeout=timeout, report=report
                 )
         finally:
             path.write_text(original)
