@@ -10,6 +10,7 @@ import shutil
 from pathlib import Path
 
 import pytest
+from mmharness.cli import main
 
 _PATH = Path(__file__).resolve().parent.parent / "benchmarks" / "mutation_score.py"
 _SPEC = importlib.util.spec_from_file_location("mutation_score", _PATH)
@@ -203,7 +204,12 @@ def test_a_mutant_changing_only_the_path_survives_the_rules_and_is_killed_agains
     job = {"file": ms.SGLANG_RULES, "function": "_get_chunked_prefill_embedding", "line": 598,
            "end_line": 598, "operator": "core/AddNot", "occurrence": 57}  # fmt: skip
     options = ["--checks", "prefill.schedule_concat", "--max-examples", "10"]
-    [mutant] = ms.run_worker(copy, [job], [], ms.DEADLINE_S, ms.TIMEOUT_S, options, str(unmutated))
+    baseline = tmp_path / "baseline.json"  # a report of the copy, as run_baseline writes one
+    with pytest.MonkeyPatch.context() as patch:  # the benchmark checks a copy as "." from inside it
+        patch.chdir(copy)
+        assert main(["check", "--target", ".", *options, "--json", str(baseline)]) == 0
+    given = [str(baseline)]  # the rules stage reads it; the --against stage must not (--first-failure)
+    [mutant] = ms.run_worker(copy, [job], given, ms.DEADLINE_S, ms.TIMEOUT_S, options, str(unmutated))
     assert "+            if not _is_hip or _is_npu or _is_xpu:" in mutant["diff"]
     assert (mutant["outcome"], mutant["strict"], mutant["against"]) == (ms.SURVIVED, ms.SURVIVED, ms.KILLED)
     assert mutant["changes"] == [
