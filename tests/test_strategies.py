@@ -578,3 +578,11 @@ def test_audio_clips_span_several_runs_too():
         lambda c: any(item.modality == "audio" and len(item.spans) > 1 for _, _, item in c.items()),
     )
     assert next(problems(case), None) is None
+
+
+@settings(max_examples=200, database=None)
+@given(strategies.prefill_programs(Case(requests=(Request(2, 0, 2, ()),) * 3), max_steps=1))
+def test_a_program_keeps_to_max_steps_under_cache_pressure_too(steps):
+    """``max_steps`` prefill steps and an opening cache step at most: the programs that prefill each
+    request whole on a two-item cache are drawn only where the requests fit."""
+    assert len(steps) <= 2

@@ -21,8 +21,9 @@ from mmharness.strategies._internal.validation import check_int, check_order, ch
 @st.composite
 def _programs(draw: DrawFn, case: Case, max_steps: int, paths: tuple[str, ...], forms: tuple[str, ...]):
     progress = [0] * len(case.requests)
-    if integer(draw, 0, 3) == 3:
-        return _pressure(case, paths, forms)
+    pressure = integer(draw, 0, 3) == 3
+    if pressure and sum(1 for request in case.requests if request.seq_len) <= max_steps:
+        return _pressure(case, paths, forms)  # a cache step and a prefill per request: max_steps holds
     drawn: list[dict] = []
     if integer(draw, 0, 3) == 0:  # a quarter of the programs start on an evicting cache
         drawn.append({"op": program.CACHE, "size": program.CACHE_SIZES[integer(draw, 1, 4)]})
