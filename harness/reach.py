@@ -115,25 +115,26 @@ class Excluded:
 
     def holds_in(self, flat_source: str) -> bool:
         """Whether the file (its source without whitespace) still holds what the claim rests on."""
-        return _flat(self.needs) in flat_source
+        return flat(self.needs) in flat_source
 
     def covers(
         self, line: int, to: int, conditions: Mapping[int, tuple[str, range]], bodies: Mapping[int, range]
     ) -> bool:
         """Whether the branch ``line -> to`` is this one (or, with ``block``, inside its block)."""
-        wanted = _flat(self.condition)
-        if line in conditions and _flat(conditions[line][0]) == wanted:
+        wanted = flat(self.condition)
+        if line in conditions and flat(conditions[line][0]) == wanted:
             enters = line in bodies and to == bodies[line].start
             if self.exit == EITHER or (self.exit == TRUE) == enters:
                 return True
         return self.block and any(
-            line in body and _flat(conditions[head][0]) == wanted
+            line in body and flat(conditions[head][0]) == wanted
             for head, body in bodies.items()
             if head in conditions
         )
 
 
-def _flat(text: str) -> str:
+def flat(text: str) -> str:
+    """Source without its whitespace: how a claim's pinned source is matched, whatever the layout."""
     return "".join(text.split())
 
 
@@ -419,7 +420,7 @@ def analyse(target: Any, files: list[str], reached: Reached) -> dict[str, Any]:
         lines = source.splitlines()
         conditions = conditions_of(source)
         bodies = bodies_of(source)
-        holding = [e for e in exclusions if e.holds_in(_flat(source))]
+        holding = [e for e in exclusions if e.holds_in(flat(source))]
         functions = {}
         for qualname, function in functions_of(source).items():
             own_exclusions = [e for e in holding if e.function == qualname]

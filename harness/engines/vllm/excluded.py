@@ -17,7 +17,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from mmharness.engines.vllm import layout
-from mmharness.reach import DEAD, FALSE, GUARDED, OUTSIDE, TRUE, Excluded
+from mmharness.reach import DEAD, FALSE, GUARDED, OUTSIDE, TRUE, Excluded, flat
 
 COLLECTION_UTILS = "vllm.utils.collection_utils"
 """The module of ``is_list_of`` (a helper the field configs' split calls)."""
@@ -36,12 +36,8 @@ class Claim:
 
     def holds(self, sources: Mapping[str, str]) -> bool:
         """Whether the loaded files still hold what the claim rests on outside the branch's file."""
-        pinned = all(_flat(text) in _flat(sources.get(module, "")) for module, text in self.elsewhere)
+        pinned = all(flat(text) in flat(sources.get(module, "")) for module, text in self.elsewhere)
         return pinned and (self.verify is None or self.verify(sources))
-
-
-def _flat(text: str) -> str:
-    return "".join(text.split())
 
 
 _CALL = re.compile(r"(?<![\w.])is_list_of\(")
@@ -76,6 +72,9 @@ _NO_MISS = (
 )
 _CUTS_BEFORE = "num_new_tokens = min(\n    num_new_tokens, start_pos - num_computed_tokens\n)"
 """The scheduler cuts a window before an item it can neither encode nor find cached."""
+_CUT = ((layout.SCHEDULER, _CUTS_BEFORE),)
+_MISS_RAISED = 'raise RuntimeError(f"Encoder cache miss for {mm_hash}.")'
+"""Both gathers' (V1, V2) error for an item the cache lacks."""
 
 CLAIMS: tuple[Claim, ...] = (
     # Encoder-decoder models (scheduler) -----------------------------------------------------
@@ -184,27 +183,15 @@ CLAIMS: tuple[Claim, ...] = (
             ),
         )
     ),
-    Claim(
-        Excluded(
-            "EncoderRunner.gather_mm_embeddings",
-            "start_pos + draft_lookahead >= cur_query_end",
-            FALSE,
-            GUARDED,
-            _NO_MISS,
-            needs='raise RuntimeError(f"Encoder cache miss for {mm_hash}.")',
-        ),
-        elsewhere=((layout.SCHEDULER, _CUTS_BEFORE),),
-    ),
-    Claim(
-        Excluded(
-            "GPUModelRunner._gather_mm_embeddings",
-            "start_pos >= req_state.num_computed_tokens + num_scheduled_tokens",
-            FALSE,
-            GUARDED,
-            _NO_MISS,
-            needs='raise RuntimeError(f"Encoder cache miss for {mm_hash}.")',
-        ),
-        elsewhere=((layout.SCHEDULER, _CUTS_BEFORE),),
+    *(
+        Claim(Excluded(gather, past_window, FALSE, GUARDED, _NO_MISS, needs=_MISS_RAISED), elsewhere=_CUT)
+        for gather, past_window in (
+            ("EncoderRunner.gather_mm_embeddings", "start_pos + draft_lookahead >= cur_query_end"),
+            (
+                "GPUModelRunner._gather_mm_embeddings",
+                "start_pos >= req_state.num_computed_tokens + num_scheduled_tokens",
+            ),
+        )
     ),
     Claim(
         Excluded(
