@@ -97,3 +97,30 @@ class KeyedDatabase(ExampleDatabase):
 
     def move(self, src: bytes, dest: bytes, value: bytes) -> None:
         self.database.move(self.prefix + src, self.prefix + dest, value)
+
+
+class Choices(ExampleDatabase):
+    """One search's own database, for shrinking later what it found (``runner.shrink_found``).
+
+    It hands Hypothesis the choice sequences it was given (the reuse phase replays them, the shrink
+    phase shrinks those that fail) and keeps, in order, those Hypothesis saves: a round that does not
+    shrink saves the failure it ends at, so the last one saved is that failure's. They are handed over
+    as the secondary corpus: Hypothesis takes a failure from the primary one as shrunk already.
+    """
+
+    def __init__(self, given: Iterable[bytes] = ()) -> None:
+        super().__init__()
+        self.given = list(given)
+        self.saved: list[bytes] = []
+
+    def save(self, key: bytes, value: bytes) -> None:
+        self.saved.append(value)
+
+    def fetch(self, key: bytes) -> Iterable[bytes]:
+        return list(self.given) if key.endswith(b".secondary") else []
+
+    def delete(self, key: bytes, value: bytes) -> None:
+        pass  # nothing shared: a sequence Hypothesis drops is simply not handed back
+
+    def move(self, src: bytes, dest: bytes, value: bytes) -> None:
+        pass

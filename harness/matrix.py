@@ -29,6 +29,20 @@ are the harness's gaps, not the engine's); so are findings with no case (the
 check could not finish). A shard cannot replay (it lacks the other shards'
 classes): ``mmharness merge`` does, on the merged matrix.
 
+Shrinking once: shrinking is most of a search's time, and a class found on many
+targets needs one shrunk case for its replay, not one per target. So when the
+matrix replays, the searches shrink nothing (``run_check(shrink=False)``: each
+finding kept as found, with its Hypothesis choice sequence, ``Seen.choices``);
+``shrink_classes`` then shrinks each class's case once, on the first target
+whose search found it (``runner.shrink_found``: the choice sequence replayed and
+shrunk under a fixed seed), and the replay runs that case on the other targets
+that found the class too, each taking it where it fails the same way. A target's
+case is then the same whether it was searched itself or has an earlier target's
+cells, and in whichever shard; a case that stays as found says so
+(``Seen.shrunk``). A round of a search that does not shrink ends at its first
+new failure, so its draws differ from a shrinking search's (the classes it finds
+may too); ``--no-replay`` searches as ``check`` does.
+
 One search per engine code (``dedup``, on unless ``--no-dedup``): consecutive releases often load
 byte-identical rule files, and a search with a fixed seed (the ``ci`` profile, or ``--seed``) is
 deterministic, so two targets running the same code on the same inputs get the same cells. Before the
@@ -50,15 +64,19 @@ target, so the replay runs each class's case on both as well; the JSON names it
 
 from __future__ import annotations
 
+import base64
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from mmharness.checks.outcome import COULD_NOT_TEST, DIVERGENCE, HAZARD
 from mmharness.checks.registry import Check
 from mmharness.runner import PASSED, SEVERITY, SKIPPED, Interrupted, Result, fails_run
 from mmharness.workers import ordered
+
+if TYPE_CHECKING:
+    from mmharness.targets.base import Target
 
 FORMAT = "mmharness.matrix/2"
 ERROR = "error"
@@ -112,6 +130,11 @@ class Seen:
     """By replay: the target whose case was replayed."""
     same_as: str | None = None
     """The target whose search (or replay) found it, which runs the same code (``dedup``)."""
+    shrunk: bool = True
+    """False: ``case`` is as the search found it (its class was shrunk on another target, or not yet)."""
+    choices: bytes | None = field(default=None, repr=False)
+    """Of a case kept as found (``shrunk`` False): its choice sequence, which ``shrink_classes`` shrinks.
+    Only a shard's report carries it (base64: ``as_json(choices=True)``), for ``merge`` to shrink."""
 
 
 @dataclass(frozen=True)
@@ -218,7 +241,8 @@ class Matrix:
         ]
         return sorted(ranges, key=lambda s: (order.index(s.kind), self.targets.index(s.first), s.signature))
 
-    def as_json(self, *, strict: bool = False) -> dict[str, Any]:
+    def as_json(self, *, strict: bool = False, choices: bool = False) -> dict[str, Any]:
+        """``choices``: with each unshrunk case's choice sequence (a shard's report: ``merge`` shrinks)."""
         return {
             "format": FORMAT,
             "command": self.command,
@@ -271,6 +295,8 @@ class Matrix:
                                     **({"source": one.source} if one.source else {}),
                                     **({"case": one.case} if one.case else {}),
                                     **({"same_as": one.same_as} if one.same_as else {}),
+                                    **({} if one.shrunk else {"shrunk": False}),
+                                    **({"choices": _text(one.choices)} if choices and one.choices else {}),
                                 }
                                 for one in self.cell(c, t).findings
                             ],
@@ -314,7 +340,9 @@ class Matrix:
                 matrix.same_as[t["spec"]] = str(t["same_as"])
         for c in data["checks"]:
             for spec, cell in c["results"].items():
-                findings = tuple(Seen(**one) for one in cell["findings"])
+                findings = tuple(
+                    Seen(**{**one, "choices": _bytes(one.get("choices"))}) for one in cell["findings"]
+                )
                 interrupted = bool(cell.get("interrupted", False))
                 searched = cell.get("search_status", cell["status"])
                 searched = "" if searched == cell["status"] else str(searched)
@@ -338,6 +366,14 @@ class NotAMatrix(ValueError):
     """A document that is not a matrix report (``mmharness matrix --json``); the message says why."""
 
 
+def _text(choices: bytes) -> str:
+    return base64.b64encode(choices).decode()
+
+
+def _bytes(text: Any) -> bytes | None:
+    return None if text is None else base64.b64decode(str(text), validate=True)
+
+
 def _json_type(value: Any) -> str:
     names = {list: "array", str: "string", bool: "boolean", int: "number", float: "number"}
     return "null" if value is None else names.get(type(value), type(value).__name__)
@@ -352,12 +388,14 @@ def _column(
     findings: str | None = None,
     deadline: float | None = None,
     against: str | None = None,
+    shrink: bool = True,
 ) -> tuple[str, str | None, str | None, dict[str, Cell]]:
     """One target's cells: ``(spec, release, load error, check id -> cell)``; runs in a worker process.
 
     ``against``: the spec each check also runs on (its findings are changes); one that does not load
-    is this column's load error, naming it. Interrupted, the cells so far: the partial cell of the
-    check that was running, and ``NOT_RUN`` for the checks after it.
+    is this column's load error, naming it. ``shrink`` False: findings kept as found, with their
+    choices (``shrink_classes``). Interrupted, the cells so far: the partial cell of the check that
+    was running, and ``NOT_RUN`` for the checks after it.
     """
     from mmharness import interrupts
     from mmharness.checks import all_checks
@@ -373,7 +411,9 @@ def _column(
     release = target.describe().get("release")
     saved_under = Path(findings) / _slug(spec) if findings is not None else None
     options = {"profile": profile, "max_examples": max_examples, "seed": seed, "deadline": deadline}
-    session = Session(target, spec, findings=saved_under, against=other, against_spec=against, **options)
+    session = Session(
+        target, spec, findings=saved_under, against=other, against_spec=against, shrink=shrink, **options
+    )
     checks = all_checks()
     cells = {}
     for check_id in check_ids:
@@ -409,7 +449,8 @@ def _cell(result: Result) -> Cell:
     seen = []
     for f in result.findings:
         case = None if f.example is None else payload.dumps(f.example[0], params=f.example[1])
-        seen.append(Seen(f.kind, f.signature, f.failure.message, f.first_failure_at, f.saved, case))
+        message, at = f.failure.message, f.first_failure_at
+        seen.append(Seen(f.kind, f.signature, message, at, f.saved, case, shrunk=f.shrunk, choices=f.choices))
     return Cell(result.status, result.reason, result.examples_run, tuple(seen), result.interrupted)
 
 
@@ -430,6 +471,7 @@ def run_matrix(
     against: str | None = None,
     dedup: bool = True,
     keyed: Callable[[dict[str, str]], None] | None = None,
+    shrink: bool | None = None,
 ) -> Matrix:
     """Run each check on each target; a target that does not load gets errors in its column.
 
@@ -437,8 +479,10 @@ def run_matrix(
     checks that ran on it (``None``: it did not load). Interrupted
     (``mmharness.interrupts``), it keeps the targets that finished and those in
     progress, and says so (``interrupted``); worker processes are stopped.
-    With ``replay`` (unless interrupted), every class's case is then replayed on
-    every target (``replay_classes``; ``replayed`` is its ``progress``). ``against``: the spec every
+    With ``replay`` (unless interrupted), every class's case is then shrunk once (``shrink_classes``:
+    the searches shrink nothing) and replayed on every target (``replay_classes``; ``replayed`` is its
+    ``progress``). ``shrink``: whether each search shrinks what it finds (default: not when replaying;
+    ``False`` without ``replay`` leaves ``shrink_classes`` to the caller). ``against``: the spec every
     check also runs on, each difference a change (the module's docstring). With ``dedup`` and a
     deterministic search, one search per behaviour key (the module's docstring); ``keyed`` is told
     which targets share an earlier one's code (``Matrix.same_as``) before the search begins, and
@@ -455,9 +499,9 @@ def run_matrix(
     if matrix.dedup and keyed:
         keyed(dict(matrix.same_as))
     searched = matrix.searched
-    args = [
-        (spec, matrix.checks, profile, max_examples, seed, findings, deadline, against) for spec in searched
-    ]
+    shrink = not replay if shrink is None else shrink
+    options = (profile, max_examples, seed, findings, deadline, against, shrink)
+    args = [(spec, matrix.checks, *options) for spec in searched]
     columns = ordered(_column, args, min(workers, len(searched)))
     try:
         _collect(matrix, columns, progress)
@@ -469,7 +513,9 @@ def run_matrix(
     finally:
         columns.close()  # stops the workers
     if replay and not matrix.interrupted:
-        replay_classes(matrix, workers=workers, deadline=deadline, progress=replayed)
+        shrink_classes(matrix, workers=workers, deadline=deadline, findings=findings)
+        if not matrix.interrupted:
+            replay_classes(matrix, workers=workers, deadline=deadline, progress=replayed)
     return matrix
 
 
@@ -501,7 +547,8 @@ def classes(matrix: Matrix) -> list[_Class]:
 
 
 def _to_replay(matrix: Matrix, target: str, every: Sequence[_Class]) -> list[_Class]:
-    """The classes worth replaying on a target: those its search did not find, on a check it ran."""
+    """The classes worth replaying on a target, on a check it ran: those its search did not find, and
+    those it found whose case it kept as found (``shrink_classes`` shrank the class's case elsewhere)."""
     if target in matrix.target_errors:
         return []
     work = []
@@ -509,10 +556,157 @@ def _to_replay(matrix: Matrix, target: str, every: Sequence[_Class]) -> list[_Cl
         cell = matrix.cell(one.check, target)
         if cell.status in (SKIPPED, ERROR, NOT_RUN) or cell.interrupted:
             continue
-        if any(seen.signature == one.signature for seen in cell.findings):
+        if any(seen.signature == one.signature and seen.shrunk for seen in cell.findings):
             continue
         work.append(one)
     return work
+
+
+def shrink_classes(
+    matrix: Matrix,
+    *,
+    workers: int = 1,
+    deadline: float | None = None,
+    findings: str | None = None,
+    progress: Callable[[str, int, int], None] | None = None,
+) -> None:
+    """Shrink each class's case once, on the first target whose search found it (the case its replay
+    runs), where the searches kept their findings as found (``run_matrix``'s ``shrink``).
+
+    Shrinking is most of a search's time, and a class found on many targets needs one shrunk case,
+    not one per target. Each is shrunk with its choice sequence (``Seen.choices``, ``runner.shrink_found``),
+    in ``workers`` processes (a class at a time); its finding there, and on the targets ``same_as`` it,
+    gets the shrunk case (saved under ``findings`` in place of the case as found). A case that no longer
+    fails that way stays as found. The other targets that found the class keep their cases as found
+    (``Seen.shrunk`` False) until ``replay_classes`` gives them the shrunk case. ``progress`` is told
+    each target with the cases it shrank and how many it could. Interrupted, the rest stay as found,
+    and the matrix says ``interrupted`` (and its replay ``REPLAY_INTERRUPTED``: it never began).
+    """
+    from mmharness import interrupts
+
+    units = []  # one per class, grouped by target: the workers share a target's many classes
+    for one in classes(matrix):
+        choices = _seen(matrix, one.check, one.source, one.signature).choices
+        if choices is not None:
+            cell = matrix.cell(one.check, one.source)
+            known = tuple(s.signature for s in cell.findings if s.by == SEARCH)
+            units.append(
+                (one.source, one.check, one.signature, choices, known, deadline, matrix.against, findings)
+            )
+    units.sort(key=lambda unit: matrix.targets.index(unit[0]))
+    from mmharness.targets.specs import forget_loaded
+
+    answers = ordered(
+        _shrink_case, units, min(workers, len(units)) if units else 1, initializer=forget_loaded
+    )
+    others = copies(matrix)
+    tally: dict[str, list[bool]] = {}
+    try:
+        for k, ((target, check_id, signature, *_), shrunk) in enumerate(zip(units, answers, strict=False)):
+            tally.setdefault(target, []).append(bool(shrunk) and shrunk[0].signature == signature)
+            for one in (target, *others.get(target, ())):
+                for found in shrunk:
+                    _found_shrinking(matrix, check_id, one, found, source=target)
+            if progress and (k + 1 == len(units) or units[k + 1][0] != target):
+                progress(target, len(tally[target]), sum(tally[target]))
+        interrupts.stop_if_asked()  # asked during the last class: it may have stopped part-way
+    except KeyboardInterrupt:
+        matrix.replay = REPLAY_INTERRUPTED
+        matrix.interrupted = True
+    finally:
+        answers.close()
+
+
+def _seen(matrix: Matrix, check_id: str, target: str, signature: str) -> Seen:
+    """The finding of a target's search with that signature."""
+    cell = matrix.cell(check_id, target)
+    return next(s for s in cell.findings if s.signature == signature and s.by == SEARCH)
+
+
+def _take(matrix: Matrix, check_id: str, target: str, old: Seen, shrunk: tuple[str, str, str | None]) -> None:
+    """A target's finding (``old``, as its search found it) given its class's shrunk case (``shrunk``:
+    message, case, saved file); the case as found is no longer saved (a copy's file is its source's)."""
+    message, case, saved = shrunk
+    cell = matrix.cell(check_id, target)
+    if old.saved and old.saved != saved and not old.same_as:
+        Path(old.saved).unlink(missing_ok=True)
+    new = replace(old, message=message, case=case, saved=saved, shrunk=True, choices=None)
+    findings = tuple(new if s is old else s for s in cell.findings)
+    matrix.cells[(check_id, target)] = replace(cell, findings=findings)
+
+
+@dataclass(frozen=True)
+class _Shrunk:
+    """A case ``shrink_classes`` shrank on a target: the class's, or another way of failing it met."""
+
+    kind: str
+    signature: str
+    message: str
+    case: str
+    saved: str | None
+
+
+def _found_shrinking(matrix: Matrix, check_id: str, target: str, found: _Shrunk, source: str) -> None:
+    """``found`` (shrunk on ``source``: the target itself, or the one whose code it runs) in the target's
+    cell: the shrunk case of a finding its search kept as found, or a finding of its own that shrinking
+    met (counted, as a shrinking search counts it, as late as the budget spent; the status the worse)."""
+    cell = matrix.cell(check_id, target)
+    message = found.message.replace(source, target)
+    searched = [s for s in cell.findings if s.signature == found.signature and s.by == SEARCH]
+    if searched and not searched[0].shrunk:
+        _take(matrix, check_id, target, searched[0], (message, found.case, found.saved))
+    if searched:  # else met while shrinking, already by another class's shrinking: the first kept
+        return
+    seen = Seen(found.kind, found.signature, message, cell.examples_run, found.saved, found.case)
+    seen = replace(seen, same_as=None if target == source else source)
+    worst = next(k for k in (*SEVERITY, PASSED) if k in (cell.status, found.kind))
+    matrix.cells[(check_id, target)] = replace(cell, status=worst, findings=(*cell.findings, seen))
+
+
+def _shrink_case(
+    spec: str,
+    check_id: str,
+    signature: str,
+    choices: bytes,
+    known: Sequence[str],
+    deadline: float | None,
+    against: str | None,
+    findings: str | None,
+) -> list[_Shrunk]:
+    """Shrink one class's case on a target (in a worker process, which loads each target once), the
+    target's other signatures (``known``) passing: the shrunk case (first, if it failed the same way
+    again), then any other way of failing shrinking met, each saved under ``findings``."""
+    from mmharness import payload
+    from mmharness.checks import all_checks
+    from mmharness.session import Session
+
+    loaded = _load(spec, against, once=True)
+    if loaded is None:
+        return []
+    target, other = loaded
+    saved_under = Path(findings) / _slug(spec) if findings is not None else None
+    session = Session(
+        target, spec, deadline=deadline, findings=saved_under, against=other, against_spec=against
+    )
+    result = session.shrink_found(all_checks()[check_id], signature, choices, known)
+    shrunk = []
+    for found in [] if result is None else result.findings:
+        if found.example is not None:
+            case = payload.dumps(found.example[0], params=found.example[1])
+            shrunk.append(_Shrunk(found.kind, found.signature, found.failure.message, case, found.saved))
+    return shrunk
+
+
+def _load(spec: str, against: str | None, *, once: bool = False) -> tuple[Target, Target | None] | None:
+    """A worker's target and ``--against`` target; ``None`` where either does not load. ``once``: the
+    target loaded once per process (``specs.loaded``), for units of work that each run a little on it."""
+    from mmharness.targets.base import TargetError
+    from mmharness.targets.specs import loaded, resolve
+
+    try:
+        return (loaded if once else resolve)(spec), (None if against is None else _against_target(against))
+    except TargetError:
+        return None
 
 
 def replay_classes(
@@ -522,7 +716,10 @@ def replay_classes(
     deadline: float | None = None,
     progress: Callable[[str, int, int], None] | None = None,
 ) -> None:
-    """Replay each class's case on every target whose search missed it; add what reproduces.
+    """Replay each class's case on every target whose search missed it, adding what reproduces, and on
+    those whose search found it but kept the case as found (``shrink_classes`` shrank it elsewhere),
+    which take the shrunk case where it fails the same way (so a target's case does not depend on
+    whether it was searched itself, ``dedup``, or in which shard).
 
     One run per class and target (``runner.replay``), in ``workers`` processes
     (one per target). ``deadline`` as the search's. ``progress`` is told each
@@ -549,9 +746,8 @@ def replay_classes(
             shown = 0
             for one, message in zip(todo, messages, strict=False):
                 if message is not None:
-                    _add(matrix, target, one, message)
-                    for other in others.get(target, ()):
-                        _add(matrix, other, one, message, same_as=target)
+                    for other in (target, *others.get(target, ())):
+                        _add(matrix, other, one, message, same_as=None if other == target else target)
                     shown += 1
             if progress:
                 progress(target, len(messages), shown)
@@ -565,10 +761,15 @@ def replay_classes(
 
 
 def _add(matrix: Matrix, target: str, one: _Class, message: str, same_as: str | None = None) -> None:
-    """A class shown on a target by replaying its case: a finding by replay, the status the worse.
+    """A class shown on a target by replaying its case: a finding by replay, the status the worse; or,
+    where the target's search found it and kept the case as found, the shrunk case in its place.
     ``same_as``: shown by the replay on that target, which runs the same code."""
     cell = matrix.cell(one.check, target)
     message = message if same_as is None else message.replace(same_as, target)
+    found = [seen for seen in cell.findings if seen.signature == one.signature and seen.by == SEARCH]
+    if found:
+        _take(matrix, one.check, target, found[0], (message, one.case, one.saved))
+        return
     by = {"by": REPLAY, "source": one.source, "same_as": same_as}
     seen = Seen(one.kind, one.signature, message, None, one.saved, **by)
     worst = next(k for k in (*SEVERITY, PASSED) if k in (cell.status, one.kind))
@@ -589,14 +790,11 @@ def _replay_column(
     from mmharness import interrupts, payload
     from mmharness.checks import all_checks
     from mmharness.runner import replay
-    from mmharness.targets.base import TargetError
-    from mmharness.targets.specs import resolve
 
-    try:
-        target = resolve(spec)
-        other = None if against is None else _against_target(against)
-    except TargetError:
+    loaded = _load(spec, against)
+    if loaded is None:
         return spec, [None] * len(work)
+    target, other = loaded
     checks = all_checks()
     messages: list[str | None] = []
     for check_id, kind, signature, text in work:

@@ -71,6 +71,8 @@ HUNG_SECONDS = 30.0
 """A check stops searching once its runs that hit the deadline add up to this (at least two runs)."""
 MAX_FINDINGS = 8
 """Distinct signatures one check reports at most (each costs a shrink)."""
+AS_FOUND = "case as found (not shrunk: a matrix shrinks each class's case once, on its first target)"
+"""What the report says of a case a search that does not shrink kept (``run_check(shrink=False)``)."""
 
 
 @dataclass
@@ -90,6 +92,10 @@ class Finding:
     unshrunk: str = ""
     """With ``shrunk`` False, what the report says of the case instead of "interrupted" (the search
     stopped because runs kept hitting the deadline)."""
+    choices: bytes | None = None
+    """Of a finding kept as found by a search that does not shrink (``run_check(shrink=False)``): the
+    Hypothesis choice sequence that drew it, which ``shrink_found`` shrinks later, maybe in another
+    process (``None``: not drawn by the search, e.g. a regression case, or one that did not finish)."""
 
 
 @dataclass
@@ -244,6 +250,7 @@ def run_check(
     deadline: float | None = None,
     stop_at: Collection[str] = (),
     explicit: Sequence[Example] = (),
+    shrink: bool = True,
 ) -> Result:
     """Run one check until its example budget is spent, keeping every distinct failure (shrunk).
 
@@ -256,7 +263,10 @@ def run_check(
     spent on a report nobody reads, cost most of the time. A failure the full search first meets
     while shrinking another is then not met: not for a check whose hazards precede its
     divergences. ``explicit``: cases run before any is drawn (``check --regressions``), as
-    Hypothesis runs ``@example``s: not shrunk, not counted in the budget.
+    Hypothesis runs ``@example``s: not shrunk, not counted in the budget. ``shrink=False``: each
+    finding is kept as found, with its choice sequence (``Finding.choices``) for ``shrink_found``; a
+    round then ends at its first new failure, so the same budget draws other cases than a shrinking
+    search's. ``matrix`` searches so, then shrinks each class once, on the first target that found it.
     """
     seconds = deadline_for(profile, device, deadline)
     unrunnable = not_run(check, target, device)
@@ -279,9 +289,11 @@ def run_check(
         database,
         on_example,
         seconds,
-        shrink=not stop_at,
+        shrink=shrink and not stop_at,
         explicit=tuple(explicit),
     )
+    if not shrink and not stop_at:
+        search.as_found, search.keep_choices = AS_FOUND, True
     round_seed = check_seed(check, seed) if fixed else None
     try:
         while search.spent < budget and len(search.findings) < MAX_FINDINGS:
@@ -327,6 +339,64 @@ def fuzz_target(
         return None
 
     return run
+
+
+def shrink_found(
+    check: Check,
+    target: Target,
+    signature: str,
+    choices: bytes,
+    *,
+    known: Collection[str] = (),
+    device: str = "cpu",
+    deadline: float | None = None,
+) -> list[Finding]:
+    """A failure a search that did not shrink found (its ``signature`` and ``Finding.choices``), shrunk.
+
+    Hypothesis replays the choice sequence and shrinks it while it fails with that signature, under a
+    fixed seed: the same shrunk case every time, in any process. ``known``: the other signatures the
+    search found, which pass (a case may fail several ways; the search met this one with some of them
+    passing). A failure of a signature not known that shrinking meets is shrunk too and comes back
+    after the first, as a shrinking search keeps those (its ``first_failure_at`` is ``None``); the
+    first is ``signature``'s, absent where it does not fail that way again. Nothing where Hypothesis
+    gave up (flaky) or shrinking kept hitting the deadline. Ctrl-C propagates. ``deadline`` as in
+    ``run_check``.
+    """
+    from mmharness.database import Choices
+
+    given = Choices([choices])
+    seconds = deadline_for("ci", device, deadline)
+    search = _Search(check, target, device, 1, given, deadline=seconds, reuse_only=True)
+    prop = search.test(set(known) - {signature}, {}, {}, database=given)
+    found: list[_Found] = []
+    try:
+        try:
+            _seeded(prop, check_seed(check, None), given)()
+        except BaseExceptionGroup as group:
+            raise _controlling(group) from None
+    except _Found as one:
+        found = [one]
+    except _Hung:
+        pass
+    except Exception as error:  # several failures (a group), or Hypothesis gave up
+        found = [e for e in getattr(error, "exceptions", ()) if isinstance(e, _Found)]
+    findings = [Finding(f.failure.kind, f.failure.signature, f.failure, f.example, None) for f in found]
+    return sorted(findings, key=lambda f: f.signature != signature)
+
+
+def _seeded(prop: Callable[..., None], seed: int, database: Any) -> Callable[..., None]:
+    """``prop`` under a fixed seed, keeping its ``database``. Hypothesis's ``@seed`` turns the database
+    off (a seed reproduces a run; it is not meant to save one), but a search that does not shrink keeps
+    each failure's choice sequence there (``Choices``), and ``shrink_found`` replays them from it."""
+    from hypothesis import seed as fixed_seed
+    from hypothesis import settings
+
+    seeded: Any = fixed_seed(seed)(prop)
+    if database is not None:
+        seeded._hypothesis_internal_use_settings = settings(
+            seeded._hypothesis_internal_use_settings, database=database
+        )
+    return seeded
 
 
 class Interrupted(KeyboardInterrupt):
@@ -388,6 +458,12 @@ class _Search:
     shrink: bool = True
     explicit: tuple = ()
     """Examples run first, in the first round only."""
+    as_found: str = "case as found (the search stopped at its first failure)"
+    """What the report says of a case kept unshrunk (``shrink`` False)."""
+    keep_choices: bool = False
+    """Keep each failure's choice sequence (``Finding.choices``), in a database of the search's own."""
+    reuse_only: bool = False
+    """Draw nothing: replay the database's choice sequences and shrink those that fail (``shrink_found``)."""
     spent: int = 0
     cases: int = 0
     findings: dict[str, Finding] = field(default_factory=dict)
@@ -417,6 +493,14 @@ class _Search:
             deadline=self.deadline,
         )
 
+    def phases(self) -> list[Any]:
+        """No explain phase: it replays each shrunk example many times for a comment nobody reads here."""
+        from hypothesis import Phase
+
+        if self.reuse_only:
+            return [Phase.reuse, Phase.shrink]
+        return [p for p in Phase if p is not Phase.explain and (self.shrink or p is not Phase.shrink)]
+
     def test(
         self,
         known: Collection[str],
@@ -429,7 +513,7 @@ class _Search:
         signature not ``known`` raised as its own exception type, first seen (``first_seen``: after how
         many calls; ``first_example``: the failure and its case) noted. ``round`` runs it;
         ``fuzz_target`` hands it to a fuzzer through Hypothesis's ``fuzz_one_input``."""
-        from hypothesis import HealthCheck, Phase, Verbosity, given, settings
+        from hypothesis import HealthCheck, Verbosity, given, settings
         from mmharness import interrupts
 
         calls = 0
@@ -443,8 +527,7 @@ class _Search:
             print_blob=False,
             verbosity=Verbosity.quiet,
             suppress_health_check=[HealthCheck.too_slow],
-            # No explain phase: it replays each shrunk example many times for a comment nobody reads here.
-            phases=[p for p in Phase if p is not Phase.explain and (self.shrink or p is not Phase.shrink)],
+            phases=self.phases(),
         )
         @given(self.check.examples(self.device))
         def prop(example: Example) -> None:
@@ -476,19 +559,23 @@ class _Search:
     def round(self, round_seed: int | None) -> bool:
         """One Hypothesis run over the rest of the budget; whether it found a new signature."""
         from hypothesis import example
-        from hypothesis import seed as fixed_seed
 
         known = set(self.findings)
         first_seen: dict[str, int] = {}
         first_example: dict[str, tuple[Failure, Example]] = {}
         # Later rounds pass the signatures found: Hypothesis would drop their saved examples.
-        prop = self.test(known, first_seen, first_example, database=self.database if not known else None)
+        database = self.database if not known else None
+        if self.keep_choices:  # each failure's choice sequence, to shrink later (``shrink_found``)
+            from mmharness.database import Choices
+
+            database = Choices()
+        prop = self.test(known, first_seen, first_example, database=database)
         if not known:
             for case in self.explicit:
                 prop = example(case)(prop)
         try:
             try:
-                (prop if round_seed is None else fixed_seed(round_seed)(prop))()
+                (prop if round_seed is None else _seeded(prop, round_seed, database))()
             except BaseExceptionGroup as group:  # findings reported together with a stop or the limit
                 raise _controlling(group) from None
         except KeyboardInterrupt:  # keep what this round saw, as first seen
@@ -499,7 +586,7 @@ class _Search:
             self.spent = self.budget
             return False
         except _Found as found:
-            self._keep([found], first_seen)
+            self._keep([found], first_seen, database.saved[-1:] if self.keep_choices else ())
         except Exception as error:  # several findings (a group), or Hypothesis gave up
             from hypothesis.errors import Flaky
 
@@ -548,17 +635,19 @@ class _Search:
             finding = Finding(failure.kind, signature, failure, example, at, shrunk=False, unshrunk=note)
             self.findings.setdefault(signature, finding)
 
-    def _keep(self, found: list[_Found], first_seen: dict[str, int]) -> None:
+    def _keep(self, found: list[_Found], first_seen: dict[str, int], choices: Sequence[bytes] = ()) -> None:
         """Record the round's findings; a signature first met while shrinking another counts as late
-        in the round as its budget allows (calls made while shrinking are not generated examples)."""
+        in the round as its budget allows (calls made while shrinking are not generated examples).
+        ``choices``: the choice sequence of the one failure a round that does not shrink ends at."""
         spent_before = self.spent
         round_budget = self.budget - spent_before
         for one in found:
             signature = one.failure.signature
             at = spent_before + min(first_seen.get(signature, 1), round_budget)
-            note = "" if self.shrink else "case as found (the search stopped at its first failure)"
+            note = "" if self.shrink else self.as_found
             kind, example = one.failure.kind, one.example
             finding = Finding(kind, signature, one.failure, example, at, shrunk=self.shrink, unshrunk=note)
+            finding.choices = choices[0] if len(found) == 1 and choices else None
             self.findings.setdefault(signature, finding)
             self.spent = max(self.spent, at)
 

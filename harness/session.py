@@ -30,6 +30,8 @@ class Session:
     known-good target every case also runs on, each difference a change (``mmharness.against``);
     a check it cannot run is skipped, naming it. ``stop_at``: finding kinds that end a check's
     search at once, unshrunk (``run_check``): whether it fails, not how (``mmharness.nearest``).
+    ``shrink`` False: findings are kept as found, each with its choice sequence, for ``shrink`` to
+    shrink later (``matrix`` shrinks each class once, on the first target that found it).
     """
 
     target: Target
@@ -44,23 +46,19 @@ class Session:
     against: Target | None = None
     against_spec: str | None = None
     stop_at: Collection[str] = ()
+    shrink: bool = True
 
     def run(
         self, check: Check, device: str = "cpu", *, on_example: Callable[[int], None] | None = None
     ) -> Result:
         """The check's result on this session's target (not yet kept: see ``keep``)."""
-        from mmharness.runner import run_check
+        from mmharness.runner import Result, run_check
 
-        if self.against is not None:
-            from mmharness import against
-
-            spec = self.against_spec or self.against.name
-            unrunnable = against.not_run(check, self.target, self.against, spec, device)
-            if unrunnable is not None:
-                return unrunnable
-            check = against.against(check, self.against)
+        compared = self._compared(check, device)
+        if isinstance(compared, Result):
+            return compared
         result = run_check(
-            check,
+            compared,
             self.target,
             profile=self.profile,
             device=device,
@@ -71,8 +69,36 @@ class Session:
             deadline=self.deadline,
             explicit=self.regressions.get(check.id, ()),
             stop_at=self.stop_at,
+            shrink=self.shrink,
         )
         return replace(result, target_notes=tuple(self.target.notes()))
+
+    def shrink_found(
+        self, check: Check, signature: str, choices: bytes, known: Collection[str] = (), device: str = "cpu"
+    ) -> Result | None:
+        """What a search with ``shrink`` False found (``signature``, ``Finding.choices``, the other
+        signatures it found: ``known``) shrunk as ``run`` would have, with what shrinking met besides
+        (``runner.shrink_found``), and kept (``keep``); ``None`` where the check cannot run here."""
+        from mmharness.runner import Result, shrink_found, status_of
+
+        compared = self._compared(check, device)
+        if isinstance(compared, Result):
+            return None
+        found = shrink_found(
+            compared, self.target, signature, choices, known=known, device=device, deadline=self.deadline
+        )
+        return self.keep(Result(compared, status_of(found), device, findings=found, deadline=self.deadline))
+
+    def _compared(self, check: Check, device: str) -> Check | Result:
+        """The check as this session runs it: against ``against`` (each difference a change), or the
+        result of a check that cannot run on both."""
+        if self.against is None:
+            return check
+        from mmharness import against
+
+        spec = self.against_spec or self.against.name
+        unrunnable = against.not_run(check, self.target, self.against, spec, device)
+        return unrunnable if unrunnable is not None else against.against(check, self.against)
 
     def keep(self, result: Result) -> Result:
         """``result`` with each finding's case saved under ``findings`` (``finding.saved``: its file)."""

@@ -26,7 +26,10 @@ Replay (``mmharness.matrix.replay_classes``: each class's shrunk case run on
 every target) needs every class, so a shard never replays: ``merge`` does, on
 the joined matrix, loading each target (``-n`` at once), so that the merged
 report is the unsharded run's, exact ranges included. Each finding's case
-travels in its shard's report (``case``), so no findings directory is needed.
+travels in its shard's report (``case``), so no findings directory is needed,
+and so does the choice sequence of each case kept unshrunk (``choices``): a
+shard's search shrinks nothing, and ``merge`` shrinks each class once
+(``mmharness.matrix.shrink_classes``), as the unsharded run does.
 A matrix run with ``--no-replay`` is merged without (``Settings.no_replay``), and
 ``merge --no-replay`` only joins, loading nothing: its report says it was not
 replayed. An interrupted shard's matrix is not replayed either. A matrix run
@@ -143,7 +146,7 @@ class Shard:
 
 def report(matrix: Matrix, shard: Shard) -> dict[str, Any]:
     """A shard's ``--json`` report: its share's matrix report, and which share of what it is."""
-    return {**matrix.as_json(strict=shard.settings.strict), FIELD: shard.as_json()}
+    return {**matrix.as_json(strict=shard.settings.strict, choices=True), FIELD: shard.as_json()}
 
 
 def merge(reports: Sequence[tuple[str, object]]) -> tuple[Matrix, Settings]:

@@ -4,6 +4,7 @@ cells: the report reads as a search of every target, each copied cell and findin
 from __future__ import annotations
 
 import shutil
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -72,6 +73,7 @@ def twins(tmp_path, monkeypatch) -> None:
     twin as another; the reference itself unkeyed unless its twin is in the matrix."""
     (tmp_path / "twin_adapter.py").write_text(TWIN_MODULE)
     monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, "twin_adapter", raising=False)  # another test's module of that name
     keys = {FOUND: "mutant", TWIN: "mutant", CLEAN_TWIN: "reference"}
     monkeypatch.setattr(matrix_module, "_behaviour", lambda spec: (keys.get(spec), None))
 

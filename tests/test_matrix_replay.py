@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import re
+import sys
 from pathlib import Path
 
 import pytest
@@ -41,6 +42,7 @@ def missed(tmp_path, monkeypatch) -> Matrix:
     another spec) whose search is made to have missed the bug: its cell as a clean search's."""
     (tmp_path / "twin_adapter.py").write_text(TWIN_MODULE)
     monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, "twin_adapter", raising=False)  # another test's module of that name
     matrix = run_matrix([FOUND, CLEAN, TWIN], select([CHECK]), "ci", max_examples=30, replay=False)
     assert matrix.replay == NOT_REPLAYED
     assert matrix.cell(CHECK, TWIN).status == DIVERGENCE, "the twin has the mutant's bug"
@@ -213,8 +215,16 @@ def test_shards_do_not_replay_merge_does_and_no_replay_is_kept(capsys, tmp_path)
 
     assert same(merged("2", "1"), read["whole"])
     assert same(merged("2 bare", "1 bare"), read["bare"])
+    shards = [
+        f for n in ("1", "2") for c in read[n]["checks"] for r in c["results"].values() for f in r["findings"]
+    ]
+    assert shards and all(f["shrunk"] is False and f["choices"] for f in shards), (
+        "merge shrinks: each carries its choices"
+    )
     joined = merged("1", "2", extra=("--no-replay",))
-    assert joined["replay"] == NOT_REPLAYED and joined["checks"] == read["bare"]["checks"]
+    found = [f for c in joined["checks"] for r in c["results"].values() for f in r["findings"]]
+    assert joined["replay"] == NOT_REPLAYED and [f["case"] for f in found] == [f["case"] for f in shards]
+    assert all(f["shrunk"] is False and "choices" not in f for f in found), "joined only: the cases as found"
     code, _, err = _cli(capsys, "merge", reports["1"], reports["2 bare"])
     assert code == 2 and "different matrices: --no-replay is True in" in err
 
@@ -258,6 +268,7 @@ def test_against_each_cell_holds_changes_and_replay_compares_too(tmp_path, monke
     with the bare signatures, no change."""
     (tmp_path / "twin_adapter.py").write_text(TWIN_MODULE)
     monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, "twin_adapter", raising=False)  # another test's module of that name
     checks = select([CHECK])
     matrix = run_matrix([FOUND, CLEAN, TWIN], checks, "ci", max_examples=30, replay=False, against=CLEAN)
     assert matrix.against == CLEAN
@@ -309,7 +320,8 @@ def test_matrix_against_on_the_cli_merges_shards_against_it(capsys, tmp_path):
     )
     assert read["1"]["shard"]["settings"]["against"] == "reference"
     out = tmp_path / "merged.json"
-    code, _, err = _cli(capsys, "merge", reports["2"], reports["1"], "--json", str(out))
+    found = ("--findings", str(tmp_path / "found"))  # where the shrunk cases are saved, as the whole run did
+    code, _, err = _cli(capsys, "merge", reports["2"], reports["1"], *found, "--json", str(out))
     assert code == 1, err
     merged = json.loads(out.read_text())
     assert {**merged, "command": ""} == {**whole, "command": ""}
@@ -321,3 +333,82 @@ def test_a_bad_against_spec_refuses_the_matrix_before_any_column(capsys):
     code, out, err = _cli(capsys, "matrix", *ARGS, "--against", "mutant:nope")
     assert code == 2 and not out
     assert "--against mutant:nope: unknown mutant 'nope'" in err
+
+
+ENCODED = "prefill.encoder_calls"
+OUTSIDE, OUTSIDE_TWIN = "mutant:prefill_encodes_outside_window", "outside_adapter:twin"
+OUTSIDE_MODULE = """
+from mmharness.targets.mutants import mutant
+
+
+def twin():
+    return mutant("prefill_encodes_outside_window")
+"""
+
+
+def test_each_class_is_shrunk_once_on_its_first_target_and_the_others_take_its_case(tmp_path, monkeypatch):
+    """With replay, the searches shrink nothing: each class's case is shrunk once, on the first target
+    whose search found it, and another target that found it too takes that case where it fails the same
+    way, so its case is the one its own search (shrinking) would have given; no case is left as found."""
+    from mmharness import matrix as matrix_module
+    from mmharness import payload
+
+    (tmp_path / "outside_adapter.py").write_text(OUTSIDE_MODULE)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, "outside_adapter", raising=False)  # another test's module of that name
+    shrunk_on: list[str] = []
+    real = matrix_module._shrink_case
+    monkeypatch.setattr(
+        matrix_module, "_shrink_case", lambda spec, *rest: shrunk_on.append(spec) or real(spec, *rest)
+    )
+    searched = run_matrix(
+        [OUTSIDE, OUTSIDE_TWIN], select([ENCODED]), "ci", replay=False, shrink=False, dedup=False
+    )
+    as_found = {s.signature: s.case for s in searched.cell(ENCODED, OUTSIDE_TWIN).findings}
+    assert as_found and all(not s.shrunk and s.choices for s in searched.cell(ENCODED, OUTSIDE_TWIN).findings)
+
+    matrix = run_matrix(
+        [OUTSIDE, OUTSIDE_TWIN], select([ENCODED]), "ci", findings=str(tmp_path / "f"), dedup=False
+    )
+
+    assert shrunk_on == [OUTSIDE] * len(as_found), "one shrink per class, on the first target that found it"
+    assert matrix.replay == REPLAY_DONE
+    mine, twin = (matrix.cell(ENCODED, t).findings for t in (OUTSIDE, OUTSIDE_TWIN))
+    assert {s.signature for s in twin} == set(as_found) and all(s.shrunk and s.by == SEARCH for s in twin)
+    assert [s.case for s in twin] == [s.case for s in mine], "the twin takes the first target's shrunk case"
+    sizes = [(len(seen.case), len(as_found[seen.signature])) for seen in twin]
+    assert all(a <= b for a, b in sizes) and any(a < b for a, b in sizes), "shrunk: smaller than as found"
+    saved = sorted(p.name for p in (tmp_path / "f").rglob("*.json"))
+    assert len(saved) == len({s.saved for s in (*mine, *twin)}) == len(mine), "the cases as found are gone"
+    alone = run_matrix([OUTSIDE], select([ENCODED]), "ci", replay=False)  # a search that shrinks
+    shrinking = {
+        s.signature: payload.loads_document(s.case).case for s in alone.cell(ENCODED, OUTSIDE).findings
+    }
+    assert {s.signature for s in mine} <= set(shrinking), "the same classes a shrinking search finds"
+
+
+def test_a_search_that_does_not_shrink_keeps_choices_that_shrink_alike_in_any_run():
+    """``run_check(shrink=False)`` keeps each finding as found with the choice sequence that drew it;
+    ``shrink_found`` shrinks it under a fixed seed: smaller, the same signature, the same case each time."""
+    from mmharness import payload
+    from mmharness.checks import all_checks
+    from mmharness.runner import AS_FOUND, run_check, shrink_found
+    from mmharness.targets.specs import resolve
+
+    check, target = all_checks()[ENCODED], resolve(OUTSIDE)
+    result = run_check(check, target, shrink=False)
+    assert result.findings and all(
+        not f.shrunk and f.choices and f.unshrunk == AS_FOUND for f in result.findings
+    )
+    known = [f.signature for f in result.findings]
+
+    def text(finding: Finding) -> str:
+        return payload.dumps(finding.example[0], params=finding.example[1])
+
+    shrunk = [shrink_found(check, target, f.signature, f.choices, known=known)[0] for f in result.findings]
+    assert [f.signature for f in shrunk] == known and all(f.shrunk for f in shrunk)
+    sizes = [(len(text(one)), len(text(found))) for one, found in zip(shrunk, result.findings, strict=True)]
+    assert all(a <= b for a, b in sizes) and any(a < b for a, b in sizes), "shrunk: smaller than as found"
+    last = result.findings[-1]
+    again = shrink_found(check, target, last.signature, last.choices, known=known)[0]
+    assert text(again) == text(shrunk[-1]), "the same shrunk case every time"

@@ -1,11 +1,13 @@
 """``mmharness matrix``: checks x targets, one table (``--shard I/N``: a CI job's share of the targets);
 ``mmharness merge``: the shards' reports joined back into the unsharded matrix's.
 
-After its search, ``matrix`` replays every class's shrunk case on every target
-(``mmharness.matrix.replay_classes``), so a class's range is exact rather than
-what each target's search happened to draw. A shard cannot (it lacks the
-other shards' classes): ``merge`` replays on the merged matrix, so the merged
-report is still the unsharded one's. ``--no-replay`` (on ``matrix``, or on
+After its search, ``matrix`` shrinks each class's case once, on the first
+target that found it (``mmharness.matrix.shrink_classes``: the searches shrink
+nothing, as shrinking is most of a search's time), then replays it on every
+target (``mmharness.matrix.replay_classes``), so a class's range is exact rather
+than what each target's search happened to draw. A shard cannot (it lacks the
+other shards' classes): ``merge`` shrinks and replays on the merged matrix, so
+the merged report is still the unsharded one's. ``--no-replay`` (on ``matrix``, or on
 ``merge`` for a quick join where the releases cannot be loaded) skips it.
 ``--against SPEC``: every column's checks run against a known-good target, as
 ``check --against`` does (``mmharness.matrix``), and so does the replay.
@@ -122,13 +124,20 @@ def add_parser(sub) -> None:
         "merge",
         help="join the --json reports of `matrix --shard I/N` into the unsharded matrix's report,"
         " replaying every class's case on every target as the unsharded matrix does",
-        description="Join the shards' reports into the unsharded matrix's, then replay every class's"
-        " shrunk case (carried in the reports) on every target whose search missed it, as the unsharded"
-        " `mmharness matrix` does after its search: a shard cannot, it has only its own classes. This"
-        " loads every target (-n N at once); --no-replay only joins.",
+        description="Join the shards' reports into the unsharded matrix's, then shrink each class's case"
+        " once and replay it on every target whose search missed it, as the unsharded `mmharness matrix`"
+        " does after its search: a shard cannot, it has only its own classes (its report carries each"
+        " case as found, with its choice sequence). This loads every target (-n N at once); --no-replay"
+        " only joins.",
     )
     merge.add_argument("shards", nargs="+", metavar="SHARD.json", help="every shard's report, any order")
     merge.add_argument("--json", metavar="FILE", help="write the merged table as JSON")
+    merge.add_argument(
+        "--findings",
+        metavar="DIR",
+        help="save each class's shrunk case under DIR/TARGET/ (the shards saved their cases as found;"
+        " default: none)",
+    )
     merge.add_argument("--grid", choices=("auto", "always", "never"), default="auto", help=GRID_HELP)
     merge.add_argument(
         "-n", "--workers", default="1", metavar="N", help="replay on N targets at once, or auto: one per core"
@@ -199,9 +208,10 @@ def _matrix(args: argparse.Namespace) -> int:
                 against=args.against,
                 dedup=args.dedup,
                 keyed=keyed,
+                shrink=not args.replay,  # each class is shrunk once, before its replay (here or by merge)
             )
         if args.replay and not args.shard and not matrix.interrupted:
-            _replay(matrix, workers, args.deadline)
+            _replay(matrix, workers, args.deadline, args.findings)
     _show_matrix(matrix, strict=args.strict, deadline=deadline, grid=args.grid)
     if args.json:
         document = matrix.as_json(strict=args.strict)
@@ -224,12 +234,24 @@ def _matrix(args: argparse.Namespace) -> int:
     return _matrix_exit_code(matrix, strict=args.strict)
 
 
-def _replay(matrix, workers: int, deadline: float | None) -> None:
-    """Replay every class's case on every target (``replay_classes``), a line per target replayed."""
-    from mmharness.matrix import classes, replay_classes
+def _replay(matrix, workers: int, deadline: float | None, findings: str | None = None) -> None:
+    """Shrink each class's case once (``shrink_classes``), then replay it on every target
+    (``replay_classes``), a line per target."""
+    from mmharness.matrix import classes, replay_classes, shrink_classes
     from mmharness.progress import Progress
 
     count = len(classes(matrix))
+    print(
+        f"shrinking {count} class(es)' cases, each once, on the first target that found it", file=sys.stderr
+    )
+    with Progress(len(matrix.targets), "targets", stream=sys.stderr) as progress:
+
+        def shrunk(spec: str, cases: int, done: int) -> None:
+            progress.line(f"  {spec}: {done} of {cases} case(s) shrunk")
+
+        shrink_classes(matrix, workers=workers, deadline=deadline, findings=findings, progress=shrunk)
+    if matrix.interrupted:
+        return
     print(f"replaying {count} class(es)' cases on the targets whose search missed them", file=sys.stderr)
     with Progress(len(matrix.targets), "targets", stream=sys.stderr) as progress:
 
@@ -286,6 +308,8 @@ def _merge(args: argparse.Namespace) -> int:
     from mmharness.shards import MergeError, merge
 
     workers = worker_count(args.workers)
+    distinct({"--json": args.json, "--findings": args.findings})
+    writable("--findings", args.findings, directory=True)
     writable("--json", args.json)
     try:
         matrix, settings = merge([(path, read_json(path, "a shard report")) for path in args.shards])
@@ -296,7 +320,7 @@ def _merge(args: argparse.Namespace) -> int:
 
         against_target(settings.against)  # the shards' --against must load here to replay against it
         with interrupts.handled():  # under the deadline the shards' checks ran under (None: none, so 0)
-            _replay(matrix, workers, 0 if settings.deadline is None else settings.deadline)
+            _replay(matrix, workers, 0 if settings.deadline is None else settings.deadline, args.findings)
     _show_matrix(matrix, strict=settings.strict, deadline=settings.deadline, grid=args.grid)
     if args.json:
         report.write(args.json, json.dumps(matrix.as_json(strict=settings.strict), indent=2) + "\n")

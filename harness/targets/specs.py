@@ -247,14 +247,21 @@ _LOADED: dict[tuple[str, tuple[tuple[str, str], ...]], Target] = {}
 
 
 def loaded(spec: str) -> Target:
-    """``resolve``, once per spec and ``--env`` values in a process: a worker runs many checks, columns
-    or replays on the same targets, and loading one is most of a short run's cost."""
+    """``resolve``, once per spec and ``--env`` values in a process (until ``forget_loaded``): a worker
+    runs many checks, columns or replays on the same targets, and loading one is most of a short run's
+    cost."""
     from mmharness.targets.settings import given
 
     key = (spec, tuple(given().items()))
     if key not in _LOADED:
         _LOADED[key] = resolve(spec)
     return _LOADED[key]
+
+
+def forget_loaded() -> None:
+    """Load every target afresh from now on: a run in this process (a serial ``matrix``) must not reuse
+    what an earlier one loaded, whose files may since have changed."""
+    _LOADED.clear()
 
 
 def chosen_engine() -> str | None:
