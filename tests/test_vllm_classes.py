@@ -1,0 +1,167 @@
+"""The vLLM atlas's classes on the smallest cases a deployment can send (docs/atlas-vllm-notes.json).
+
+Each class the atlas lists over 0.12-0.32 is vLLM's own code, not the step
+driver's: 0.33.0 fixed it, so 0.33.0 passes the case, and a copy of 0.33.0 with
+the earlier releases' line seeded back fails it the same way the atlas says the
+earlier releases do. The cases are realistic ones, not the shrunk minima: two
+images whose placeholder ranges touch (or lie one token apart), an encoder
+cache of one image (vLLM's floor: its largest item), an EAGLE drafter.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from mmharness.checks import all_checks
+from mmharness.checks.outcome import Hazard
+from mmharness.deadline import NoProgress
+from mmharness.model import Case, Item, Request
+
+CHECKS = all_checks()
+RELEASE = "0.33.0"
+STUCK = "no progress: vLLM's scheduler scheduled no token of any unfinished request"
+LOOKAHEAD_CUT = "a step cut an item to keep a drafter's look-ahead off the next item"
+EVICTED_HELD = "evicted a cache entry a live request still held"
+
+pytestmark = pytest.mark.network
+
+SCHEDULER = "vllm/v1/core/sched/scheduler.py"
+MANAGER = "vllm/v1/core/encoder_cache_manager.py"
+
+# 0.12-0.32: a request that cannot allocate an item stops one token before it, for the drafter.
+SHIFTED_STOP = (
+    SCHEDULER,
+    "                if num_computed_tokens < start_pos:\n"
+    "                    # We only schedule the decoder tokens just before the\n"
+    "                    # encoder input. No drafter shift here: its read-ahead into\n"
+    "                    # this unencoded input falls back to token embeddings.\n"
+    "                    num_new_tokens = min(\n"
+    "                        num_new_tokens, start_pos - num_computed_tokens\n"
+    "                    )\n",
+    "                if num_computed_tokens + shift_computed_tokens < start_pos:\n"
+    "                    num_new_tokens = start_pos - (\n"
+    "                        num_computed_tokens + shift_computed_tokens\n"
+    "                    )\n",
+)
+# 0.26-0.32: an entry stays referenced until the request passes its end plus the drafter's look-ahead.
+DEFERRED_FREE = (
+    SCHEDULER,
+    "                start_pos + num_tokens\n"
+    "                <= request.num_computed_tokens - request.num_output_placeholders\n",
+    "                start_pos + num_tokens + (1 if self.use_eagle else 0)\n"
+    "                <= request.num_computed_tokens - request.num_output_placeholders\n",
+)
+# 0.12-0.20: a request's cached inputs are every input whose identifier is cached, and one reference per
+# request and identifier (no count of the occurrences it allocated).
+BY_IDENTIFIER = [
+    (
+        MANAGER,
+        "        return self.request_cached_ids.get(request.request_id, set())\n",
+        "        return {\n"
+        "            i\n"
+        "            for i in range(len(request.mm_features))\n"
+        "            if request.mm_features[i].identifier in self.cached\n"
+        "        }\n",
+    ),
+    (MANAGER, "        if mm_hash in self.request_hash_refs.get(req_id, ()):\n            return\n", ""),
+]
+
+
+def image(start: int, length: int, hash_: int) -> Item:
+    return Item(((start, start + length - 1),), hash=hash_)
+
+
+def one_request(*items: Item, seq_len: int) -> Case:
+    return Case((Request(seq_len, 0, seq_len, items),), hidden=4)
+
+
+def options(**drawn: int) -> dict[str, int]:
+    """A check's drawn scheduler options (``mmharness.strategies.run_options``): zero is vLLM's default."""
+    return {
+        "cache_size": 0,
+        "encoder_budget": 0,
+        "token_budget": 0,
+        "other_path": 0,
+        "whole": 0,
+        "drafter": 0,
+    } | drawn
+
+
+TOUCHING = one_request(image(1, 4, 7), image(5, 4, 8), seq_len=10)
+"""Two four-token images back to back (``<image><image>`` where a range holds its delimiters)."""
+ONE_APART = one_request(image(1, 4, 7), image(6, 4, 8), seq_len=11)
+"""The same with one text token between them (``<image>\\n<image>``)."""
+DRAFTER_ON_ONE_IMAGE_CACHE = options(drafter=1, cache_size=4)
+
+
+@pytest.fixture(scope="module")
+def release_dir(harness_cache) -> Path:
+    from mmharness.engines.vllm import adapter
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("MMHARNESS_CACHE", str(harness_cache))
+        return Path(adapter.fetch(RELEASE))
+
+
+def release(root: Path):
+    from mmharness.engines.vllm import adapter
+
+    return adapter.from_path(str(root), name="vllm", release=RELEASE)
+
+
+def run(target, check_id: str, case: Case, params: dict[str, int]) -> None:
+    CHECKS[check_id].property(target, case, params)
+
+
+@pytest.mark.parametrize("case", [TOUCHING, ONE_APART], ids=["touching", "one apart"])
+def test_a_prompt_with_two_images_and_a_drafter_finishes_its_prefill(release_dir, case):
+    run(release(release_dir), "prefill.draft_lookahead", case, DRAFTER_ON_ONE_IMAGE_CACHE)
+
+
+def test_stopping_one_token_before_an_image_the_cache_cannot_take_never_resumes(release_dir, seeded_copy):
+    """0.12-0.20: the image before holds the only cache room until the request passes its end, which the
+    request, one token short of it, never does: a real livelock, not the driver's."""
+    target = release(seeded_copy(release_dir, [SHIFTED_STOP]))
+    with pytest.raises(NoProgress) as stuck:
+        run(target, "prefill.draft_lookahead", TOUCHING, DRAFTER_ON_ONE_IMAGE_CACHE)
+    assert stuck.value.signature == STUCK
+    assert stuck.value.actual == "request 0 at position 4 of its window's end 10"
+    run(target, "prefill.draft_lookahead", ONE_APART, DRAFTER_ON_ONE_IMAGE_CACHE)  # past the first: freed
+
+
+def test_a_free_deferred_by_the_look_ahead_livelocks_images_one_token_apart(release_dir, seeded_copy):
+    """0.26-0.32: the image before stays referenced one token longer, so one text token between the two
+    images no longer frees its room."""
+    target = release(seeded_copy(release_dir, [SHIFTED_STOP, DEFERRED_FREE]))
+    with pytest.raises(NoProgress) as stuck:
+        run(target, "prefill.draft_lookahead", ONE_APART, DRAFTER_ON_ONE_IMAGE_CACHE)
+    assert stuck.value.actual == "request 0 at position 5 of its window's end 11"
+
+
+def test_with_items_whole_a_stop_for_the_drafter_cuts_the_image_before(release_dir, seeded_copy):
+    """The cache takes one of two touching images; the step stops one token before the second, inside the
+    first (0.12-0.32). 0.33.0 stops at the second image's start."""
+    case = one_request(image(1, 2, 5), image(3, 2, 6), seq_len=6)
+    drawn = options(whole=1, drafter=1, cache_size=2)
+    run(release(release_dir), "prefill.whole_items", case, drawn)
+    with pytest.raises(Hazard) as cut:
+        run(release(seeded_copy(release_dir, [SHIFTED_STOP])), "prefill.whole_items", case, drawn)
+    assert cut.value.signature == LOOKAHEAD_CUT
+
+
+def test_a_request_repeating_an_image_keeps_it_until_its_last_occurrence(release_dir, seeded_copy):
+    """Request 1 sends image 2 twice; past the first it still needs the entry its drafter's look-ahead
+    allocated for the second, which request 0's larger image must not evict (0.12-0.20 do)."""
+    case = Case(
+        (
+            Request(11, 2, 3, (image(2, 1, 0), image(4, 7, 1))),
+            Request(5, 3, 1, (image(0, 1, 2), Item(((1, 1), (2, 2), (3, 3)), hash=3), image(4, 1, 2))),
+        ),
+        hidden=4,
+    )
+    drawn = options(drafter=1, cache_size=7)
+    run(release(release_dir), "prefill.draft_lookahead", case, drawn)
+    with pytest.raises(Hazard) as evicted:
+        run(release(seeded_copy(release_dir, BY_IDENTIFIER)), "prefill.draft_lookahead", case, drawn)
+    assert evicted.value.signature == EVICTED_HELD
