@@ -71,7 +71,8 @@ def _handwritten(target: Any, examples: int) -> float | None:
 
 
 def check_speeds(spec: str, examples: int) -> list[Figure]:
-    """Cases/s and examples/s per check on the reference and on ``spec``, against the hand-written one."""
+    """Cases/s and examples/s per check on the reference and on ``spec``, against the hand-written one:
+    the search's pace, so nothing is shrunk (shrinking draws no new case; ``run_check(shrink=False)``)."""
     from mmharness.checks import all_checks
     from mmharness.runner import run_check
     from mmharness.targets.specs import resolve
@@ -86,7 +87,9 @@ def check_speeds(spec: str, examples: int) -> list[Figure]:
     for target_spec, target in (("reference", resolve("reference")), (spec, release)):
         for check_id in CHECKS:
             began = time.perf_counter()
-            result = run_check(checks[check_id], target, profile="dev", max_examples=examples, seed=0)
+            result = run_check(
+                checks[check_id], target, profile="dev", max_examples=examples, seed=0, shrink=False
+            )
             seconds = time.perf_counter() - began
             cases = result.cases_run / seconds
             ratio = cases / baseline if baseline else None

@@ -201,7 +201,12 @@ class Found:
 
     @cached_property
     def parameters(self) -> tuple[str, ...]:
-        return tuple(inspect.signature(self.fn).parameters)
+        return tuple(p.name for p in self._parameters)
+
+    @cached_property
+    def _parameters(self) -> tuple[inspect.Parameter, ...]:
+        """Read once: ``call`` runs on every case (read per call: a tenth of a metamorphic check's time)."""
+        return tuple(inspect.signature(self.fn).parameters.values())
 
     def describe(self) -> str:
         if not self.callable:
@@ -217,7 +222,7 @@ class Found:
         assert self.callable, self.problem
         args: list[object] = []
         kwargs: dict[str, object] = {}
-        for p in inspect.signature(self.fn).parameters.values():
+        for p in self._parameters:
             if p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD):
                 continue
             if p.name == "self" and not args and not kwargs:
