@@ -219,9 +219,20 @@ def test_check_gives_the_deadline_verdict_saves_the_case_and_replay_gives_it_aga
     (tmp_path / "looping_adapter.py").write_text(LOOPING)
     spec, findings = "looping_adapter:Looping", tmp_path / "findings"
     # A run that hangs fails here by mmharness()'s subprocess timeout; no wall-clock bound of its own,
-    # which a loaded machine would break (the search shrinks the looping case, one deadline per try).
+    # which a loaded machine would break. --first-failure: the case as found, since shrinking a looping
+    # case spends runner.HUNG_SECONDS (30 s) of deadlines, a bound the in-process test above shows.
     run = mmharness(
-        tmp_path, "check", "--target", spec, "--checks", CHECK, "--deadline", "1", "--findings", str(findings)
+        tmp_path,
+        "check",
+        "--target",
+        spec,
+        "--checks",
+        CHECK,
+        "--deadline",
+        "1",
+        "--findings",
+        str(findings),
+        "--first-failure",
     )
     assert run.returncode == 1, run.stdout + run.stderr
     assert f"DIVERGENCE     {CHECK} (R3)" in run.stdout

@@ -230,10 +230,9 @@ def test_a_renamed_release_gives_the_original_verdicts(copies, engine):
     original_dir, copy = copies[engine]
     original, fork = specs.resolve(str(original_dir)), specs.resolve(str(copy))
     for check_id in VERDICT_CHECKS[engine]:
-        verdicts = [
-            (result.status, sorted(f.signature for f in result.findings))
-            for result in (run_check(CHECKS[check_id], t, max_examples=20) for t in (original, fork))
-        ]
+        # findings as found (shrink=False): the same draws meet them, and shrinking was most of the time
+        runs = (run_check(CHECKS[check_id], t, max_examples=20, shrink=False) for t in (original, fork))
+        verdicts = [(result.status, sorted(f.signature for f in result.findings)) for result in runs]
         assert verdicts[0] == verdicts[1], check_id
         if check_id == VERDICT_CHECKS[engine][1]:
             assert verdicts[1][0] == HAZARD  # a verdict with a finding, not only passes
