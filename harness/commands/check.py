@@ -166,6 +166,7 @@ def run(args: argparse.Namespace) -> int:
         "max_examples": args.max_examples,
         "seed": args.seed,
         "deadline": args.deadline,
+        "stop_at": _failing_kinds(args.strict) if args.first_failure else (),  # the workers' too
     }
     session = Session(
         target,
@@ -175,7 +176,6 @@ def run(args: argparse.Namespace) -> int:
         regressions=regressions,
         against=other,
         against_spec=args.against,
-        stop_at=_failing_kinds(args.strict) if args.first_failure else (),
         **options,
     )
     if regressions:
