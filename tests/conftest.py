@@ -65,6 +65,17 @@ def sglang_release(harness_cache):
     return get
 
 
+@pytest.fixture(scope="session")
+def vllm_release_dir(harness_cache) -> Path:
+    """vLLM 0.33.0's kept files, downloaded into the session cache once: the newest release the
+    tests hold to the rules and seed copies of."""
+    from mmharness.engines.vllm import adapter
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("MMHARNESS_CACHE", str(harness_cache))
+        return Path(adapter.fetch("0.33.0"))
+
+
 @pytest.fixture
 def seeded_copy(tmp_path):
     """``seeded_copy(root, edits)``: a copy of an unpacked release with each ``(file, original, bug)``

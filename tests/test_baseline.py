@@ -166,15 +166,6 @@ def test_an_adapter_listing_its_files_without_digests_is_known_by_their_content(
 # vLLM 0.33.0 and copies of its files (network) -------------------------------------------
 
 
-@pytest.fixture(scope="module")
-def release_dir(harness_cache) -> Path:
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setenv("MMHARNESS_CACHE", str(harness_cache))
-        from mmharness.engines.vllm import adapter
-
-        return Path(adapter.fetch("0.33.0"))
-
-
 def run(capsys, *argv: str) -> tuple[int, str, str]:
     code = main(list(argv))
     out, err = capsys.readouterr()
@@ -183,7 +174,7 @@ def run(capsys, *argv: str) -> tuple[int, str, str]:
 
 @pytest.mark.network
 def test_the_vllm_release_baseline_applies_to_a_path_copy_of_its_files(
-    release_dir, harness_cache, tmp_path, capsys, monkeypatch
+    vllm_release_dir, harness_cache, tmp_path, capsys, monkeypatch
 ):
     monkeypatch.setenv("MMHARNESS_CACHE", str(harness_cache))
     written, copy = tmp_path / "baseline.json", tmp_path / "copy"
@@ -202,7 +193,7 @@ def test_the_vllm_release_baseline_applies_to_a_path_copy_of_its_files(
     recorded = json.loads(written.read_text())["target"]
     assert recorded["spec"] == "vllm==0.33.0" and SCHEDULER in recorded["files"]
     assert json.loads(report.read_text())["identity"] == recorded, "a --json report is a baseline too"
-    shutil.copytree(release_dir, copy)
+    shutil.copytree(vllm_release_dir, copy)
     code, out, _ = run(
         capsys, *args, "--target", str(copy), "--baseline", str(written), "--baseline", str(report)
     )

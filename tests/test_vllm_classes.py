@@ -95,15 +95,6 @@ ONE_APART = one_request(image(1, 4, 7), image(6, 4, 8), seq_len=11)
 DRAFTER_ON_ONE_IMAGE_CACHE = options(drafter=1, cache_size=4)
 
 
-@pytest.fixture(scope="module")
-def release_dir(harness_cache) -> Path:
-    from mmharness.engines.vllm import adapter
-
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setenv("MMHARNESS_CACHE", str(harness_cache))
-        return Path(adapter.fetch(RELEASE))
-
-
 def release(root: Path):
     from mmharness.engines.vllm import adapter
 
@@ -115,14 +106,16 @@ def run(target, check_id: str, case: Case, params: dict[str, int]) -> None:
 
 
 @pytest.mark.parametrize("case", [TOUCHING, ONE_APART], ids=["touching", "one apart"])
-def test_a_prompt_with_two_images_and_a_drafter_finishes_its_prefill(release_dir, case):
-    run(release(release_dir), "prefill.draft_lookahead", case, DRAFTER_ON_ONE_IMAGE_CACHE)
+def test_a_prompt_with_two_images_and_a_drafter_finishes_its_prefill(vllm_release_dir, case):
+    run(release(vllm_release_dir), "prefill.draft_lookahead", case, DRAFTER_ON_ONE_IMAGE_CACHE)
 
 
-def test_stopping_one_token_before_an_image_the_cache_cannot_take_never_resumes(release_dir, seeded_copy):
+def test_stopping_one_token_before_an_image_the_cache_cannot_take_never_resumes(
+    vllm_release_dir, seeded_copy
+):
     """0.12-0.20: the image before holds the only cache room until the request passes its end, which the
     request, one token short of it, never does: a real livelock, not the driver's."""
-    target = release(seeded_copy(release_dir, [SHIFTED_STOP]))
+    target = release(seeded_copy(vllm_release_dir, [SHIFTED_STOP]))
     with pytest.raises(NoProgress) as stuck:
         run(target, "prefill.draft_lookahead", TOUCHING, DRAFTER_ON_ONE_IMAGE_CACHE)
     assert stuck.value.signature == STUCK
@@ -130,27 +123,27 @@ def test_stopping_one_token_before_an_image_the_cache_cannot_take_never_resumes(
     run(target, "prefill.draft_lookahead", ONE_APART, DRAFTER_ON_ONE_IMAGE_CACHE)  # past the first: freed
 
 
-def test_a_free_deferred_by_the_look_ahead_livelocks_images_one_token_apart(release_dir, seeded_copy):
+def test_a_free_deferred_by_the_look_ahead_livelocks_images_one_token_apart(vllm_release_dir, seeded_copy):
     """0.26-0.32: the image before stays referenced one token longer, so one text token between the two
     images no longer frees its room."""
-    target = release(seeded_copy(release_dir, [SHIFTED_STOP, DEFERRED_FREE]))
+    target = release(seeded_copy(vllm_release_dir, [SHIFTED_STOP, DEFERRED_FREE]))
     with pytest.raises(NoProgress) as stuck:
         run(target, "prefill.draft_lookahead", ONE_APART, DRAFTER_ON_ONE_IMAGE_CACHE)
     assert stuck.value.actual == "request 0 at position 5 of its window's end 11"
 
 
-def test_with_items_whole_a_stop_for_the_drafter_cuts_the_image_before(release_dir, seeded_copy):
+def test_with_items_whole_a_stop_for_the_drafter_cuts_the_image_before(vllm_release_dir, seeded_copy):
     """The cache takes one of two touching images; the step stops one token before the second, inside the
     first (0.12-0.32). 0.33.0 stops at the second image's start."""
     case = one_request(image(1, 2, 5), image(3, 2, 6), seq_len=6)
     drawn = options(whole=1, drafter=1, cache_size=2)
-    run(release(release_dir), "prefill.whole_items", case, drawn)
+    run(release(vllm_release_dir), "prefill.whole_items", case, drawn)
     with pytest.raises(Hazard) as cut:
-        run(release(seeded_copy(release_dir, [SHIFTED_STOP])), "prefill.whole_items", case, drawn)
+        run(release(seeded_copy(vllm_release_dir, [SHIFTED_STOP])), "prefill.whole_items", case, drawn)
     assert cut.value.signature == LOOKAHEAD_CUT
 
 
-def test_a_request_repeating_an_image_keeps_it_until_its_last_occurrence(release_dir, seeded_copy):
+def test_a_request_repeating_an_image_keeps_it_until_its_last_occurrence(vllm_release_dir, seeded_copy):
     """Request 1 sends image 2 twice; past the first it still needs the entry its drafter's look-ahead
     allocated for the second, which request 0's larger image must not evict (0.12-0.20 do)."""
     case = Case(
@@ -161,7 +154,7 @@ def test_a_request_repeating_an_image_keeps_it_until_its_last_occurrence(release
         hidden=4,
     )
     drawn = options(drafter=1, cache_size=7)
-    run(release(release_dir), "prefill.draft_lookahead", case, drawn)
+    run(release(vllm_release_dir), "prefill.draft_lookahead", case, drawn)
     with pytest.raises(Hazard) as evicted:
-        run(release(seeded_copy(release_dir, BY_IDENTIFIER)), "prefill.draft_lookahead", case, drawn)
+        run(release(seeded_copy(vllm_release_dir, BY_IDENTIFIER)), "prefill.draft_lookahead", case, drawn)
     assert evicted.value.signature == EVICTED_HELD

@@ -44,15 +44,6 @@ def test_a_claim_holds_only_where_its_callers_source_is():
 # vLLM 0.33.0 (network) ------------------------------------------------------------------------
 
 
-@pytest.fixture(scope="module")
-def release_dir(harness_cache) -> Path:
-    from mmharness.engines.vllm import adapter
-
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setenv("MMHARNESS_CACHE", str(harness_cache))
-        return Path(adapter.fetch(RELEASE))
-
-
 def _target(root: Path):
     from mmharness.engines.vllm import adapter
 
@@ -60,10 +51,10 @@ def _target(root: Path):
 
 
 @pytest.mark.network
-def test_every_claim_holds_in_the_release_it_was_read_in(release_dir):
+def test_every_claim_holds_in_the_release_it_was_read_in(vllm_release_dir):
     """Each excluded branch is a condition of its function whose ``needs`` is in that file, and the
     target offers every one (a typo would exclude nothing, silently)."""
-    target = _target(release_dir)
+    target = _target(vllm_release_dir)
     assert set(target.excluded_branches()) == {claim.branch for claim in excluded.CLAIMS}
     sources = [Path(f).read_text() for f in reach.engine_files(target)]
     unmatched = []
@@ -84,11 +75,11 @@ def test_every_claim_holds_in_the_release_it_was_read_in(release_dir):
 
 
 @pytest.mark.network
-def test_a_release_without_the_callers_guard_keeps_the_branches_counted(release_dir, seeded_copy):
+def test_a_release_without_the_callers_guard_keeps_the_branches_counted(vllm_release_dir, seeded_copy):
     """A copy whose scheduler no longer cuts a window before an item it cannot encode, and whose
     inputs.py asks ``is_list_of`` for its first element only, loses the claims resting on them."""
     copy = seeded_copy(
-        release_dir,
+        vllm_release_dir,
         [
             (
                 "vllm/v1/core/sched/scheduler.py",
