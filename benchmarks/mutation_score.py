@@ -642,6 +642,12 @@ def main(argv: list[str] | None = None) -> int:
         "--checks", metavar="IDS", help="the checks run (mmharness check --checks; default all)"
     )
     parser.add_argument("--max-examples", type=int, metavar="N", help="examples per check of every run")
+    parser.add_argument(
+        "--no-shrink",
+        action="store_true",
+        help="every run (the baselines' too) reports its findings unshrunk (mmharness check --no-shrink):"
+        " about a third of the time, the verdicts of a search that draws other cases",
+    )
     args = parser.parse_args(argv)
     try:
         engine, version = parse_release(args.release, args.engine)
@@ -650,6 +656,7 @@ def main(argv: list[str] | None = None) -> int:
     key = "against" if args.against else "strict" if args.strict else "outcome"
     options = ["--checks", args.checks] if args.checks else []
     options += ["--max-examples", str(args.max_examples)] if args.max_examples else []
+    options += ["--no-shrink"] if args.no_shrink else []
 
     release = Path(importlib.import_module(f"mmharness.engines.{engine}.adapter").fetch(version))
     files = args.file or default_files(engine, release)
@@ -731,7 +738,8 @@ def main(argv: list[str] | None = None) -> int:
             "functions": args.function, "baseline_seeds": args.baseline_seeds, "baselines": baselines,
             "deadline": args.deadline, "timeout": args.timeout, "limit": args.limit,
             "sample": args.sample, "sample_seed": args.sample_seed, "against": args.against,
-            "checks": args.checks, "max_examples": args.max_examples, "mutants": results + skipped,
+            "checks": args.checks, "max_examples": args.max_examples, "shrink": not args.no_shrink,
+            "mutants": results + skipped,
         }  # fmt: skip
         Path(args.json).write_text(json.dumps(document, indent=2) + "\n")
     return 0

@@ -71,8 +71,9 @@ HUNG_SECONDS = 30.0
 """A check stops searching once its runs that hit the deadline add up to this (at least two runs)."""
 MAX_FINDINGS = 8
 """Distinct signatures one check reports at most (each costs a shrink)."""
-AS_FOUND = "case as found (not shrunk: a matrix shrinks each class's case once, on its first target)"
-"""What the report says of a case a search that does not shrink kept (``run_check(shrink=False)``)."""
+AS_FOUND = "case as found (the search did not shrink it)"
+"""What the report says of a case a search that does not shrink kept (``run_check(shrink=False)``:
+``check --no-shrink``, or a matrix's search, which shrinks each class's case once afterwards)."""
 
 
 @dataclass

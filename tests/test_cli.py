@@ -462,3 +462,20 @@ def test_first_failure_ends_each_check_at_its_first_failing_case_unshrunk(capsys
     assert run(capsys, *args, "--write-baseline", str(baseline))[0] == 0
     code, _, err = run(capsys, *args, "--first-failure", "--baseline", str(baseline))
     assert code == 2 and "--first-failure with --baseline" in err
+
+
+def test_no_shrink_reports_every_way_it_fails_as_found_serially_and_in_workers(capsys, tmp_path):
+    """``--no-shrink``: each way of failing kept as the search found it (several, not only the first,
+    as ``--first-failure`` does), said so, and the same with workers (the option reaches them)."""
+    argv = ["check", "--target", "mutant:prefill_encodes_outside_window", "--no-shrink"]
+    argv += ["--checks", "prefill.encoder_calls,chunk.matches_reference"]
+    reports, outs = {}, {}
+    for workers in ("1", "2"):
+        report = tmp_path / f"{workers}.json"
+        code, outs[workers], _ = run(capsys, *argv, "-n", workers, "--json", str(report))
+        assert code == 0, "hazards only"
+        reports[workers] = json.loads(report.read_text())["results"]
+    findings = [f for r in reports["1"] for f in r["findings"]]
+    assert len(findings) >= 2 and all(f["shrunk"] is False for f in findings)
+    assert "case as found (the search did not shrink it)" in outs["1"]
+    assert reports["1"] == reports["2"]

@@ -91,6 +91,15 @@ def add_parser(sub) -> None:
         " a search as well)",
     )
     check.add_argument(
+        "--no-shrink",
+        dest="shrink",
+        action="store_false",
+        help="report and save each failure as found, not shrunk: every way the target fails within the"
+        " budget, in a third of the time (a round of the search then ends at its first new failure, so"
+        " it draws other cases than a shrinking run with the same seed: compare it with baselines written"
+        " with --no-shrink too)",
+    )
+    check.add_argument(
         "--coverage",
         action="store_true",
         help="measure the branch coverage of the target's rule functions (coverage.py, the `coverage` extra):"
@@ -167,6 +176,7 @@ def run(args: argparse.Namespace) -> int:
         "seed": args.seed,
         "deadline": args.deadline,
         "stop_at": _failing_kinds(args.strict) if args.first_failure else (),  # the workers' too
+        "shrink": args.shrink,
     }
     session = Session(
         target,
