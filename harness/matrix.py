@@ -530,6 +530,8 @@ class _Class:
     case: str
     source: str
     saved: str | None
+    shrunk: bool = True
+    """The case is shrunk (``False``: as found, where ``shrink_classes`` could not shrink it)."""
 
 
 def classes(matrix: Matrix) -> list[_Class]:
@@ -541,7 +543,7 @@ def classes(matrix: Matrix) -> list[_Class]:
             for one in matrix.cell(check_id, target).findings:
                 if one.by != SEARCH or one.kind == COULD_NOT_TEST or one.case is None:
                     continue
-                one_class = _Class(check_id, one.kind, one.signature, one.case, target, one.saved)
+                one_class = _Class(check_id, one.kind, one.signature, one.case, target, one.saved, one.shrunk)
                 found.setdefault((check_id, one.signature), one_class)
     return list(found.values())
 
@@ -556,8 +558,9 @@ def _to_replay(matrix: Matrix, target: str, every: Sequence[_Class]) -> list[_Cl
         cell = matrix.cell(one.check, target)
         if cell.status in (SKIPPED, ERROR, NOT_RUN) or cell.interrupted:
             continue
-        if any(seen.signature == one.signature and seen.shrunk for seen in cell.findings):
-            continue
+        found = [seen for seen in cell.findings if seen.signature == one.signature]
+        if found and (found[0].shrunk or not one.shrunk or one.source == target):
+            continue  # its search found it, and the class has no shrunk case to give it
         work.append(one)
     return work
 

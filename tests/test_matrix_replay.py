@@ -412,3 +412,22 @@ def test_a_search_that_does_not_shrink_keeps_choices_that_shrink_alike_in_any_ru
     last = result.findings[-1]
     again = shrink_found(check, target, last.signature, last.choices, known=known)[0]
     assert text(again) == text(shrunk[-1]), "the same shrunk case every time"
+
+
+def test_a_case_left_as_found_is_never_called_shrunk(tmp_path, monkeypatch):
+    """Where a class's case could not be shrunk (here: ``shrink_classes`` never ran), the replay neither
+    marks it shrunk on the target it came from nor hands it to the others that found the class."""
+    (tmp_path / "outside_adapter.py").write_text(OUTSIDE_MODULE)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, "outside_adapter", raising=False)
+    targets = [OUTSIDE, OUTSIDE_TWIN]
+    matrix = run_matrix(targets, select([ENCODED]), "ci", replay=False, shrink=False, dedup=False)
+    before = {t: [(s.signature, s.case) for s in matrix.cell(ENCODED, t).findings] for t in targets}
+
+    replay_classes(matrix)
+
+    assert matrix.replay == REPLAY_DONE and all(before.values())
+    for target in targets:
+        searched = [s for s in matrix.cell(ENCODED, target).findings if s.by == SEARCH]
+        assert [(s.signature, s.case) for s in searched] == before[target], "each keeps its own case"
+        assert not any(s.shrunk for s in searched)
