@@ -586,6 +586,7 @@ def shrink_classes(
     and the matrix says ``interrupted`` (and its replay ``REPLAY_INTERRUPTED``: it never began).
     """
     from mmharness import interrupts
+    from mmharness.targets.specs import forget_loaded
 
     units = []  # one per class, grouped by target: the workers share a target's many classes
     for one in classes(matrix):
@@ -597,8 +598,6 @@ def shrink_classes(
                 (one.source, one.check, one.signature, choices, known, deadline, matrix.against, findings)
             )
     units.sort(key=lambda unit: matrix.targets.index(unit[0]))
-    from mmharness.targets.specs import forget_loaded
-
     answers = ordered(
         _shrink_case, units, min(workers, len(units)) if units else 1, initializer=forget_loaded
     )
