@@ -646,7 +646,7 @@ def main(argv: list[str] | None = None) -> int:
         "--no-shrink",
         action="store_true",
         help="every run (the baselines' too) reports its findings unshrunk (mmharness check --no-shrink):"
-        " about a third of the time, the verdicts of a search that draws other cases",
+        " a third to a half of the time, the verdicts of a search that draws other cases",
     )
     args = parser.parse_args(argv)
     try:

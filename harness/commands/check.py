@@ -95,9 +95,9 @@ def add_parser(sub) -> None:
         dest="shrink",
         action="store_false",
         help="report and save each failure as found, not shrunk: every way the target fails within the"
-        " budget, in a third of the time (a round of the search then ends at its first new failure, so"
-        " it draws other cases than a shrinking run with the same seed: compare it with baselines written"
-        " with --no-shrink too)",
+        " budget, in a third to a half of the time (a round of the search then ends at its first new"
+        " failure, so it draws other cases than a shrinking run with the same seed: compare it with"
+        " baselines written with --no-shrink too)",
     )
     check.add_argument(
         "--coverage",
