@@ -590,9 +590,10 @@ def shrink_classes(
 
     units = []  # one per class, grouped by target: the workers share a target's many classes
     for one in classes(matrix):
-        choices = _seen(matrix, one.check, one.source, one.signature).choices
+        cell = matrix.cell(one.check, one.source)
+        searched = _searched(cell, one.signature)
+        choices = None if searched is None else searched.choices
         if choices is not None:
-            cell = matrix.cell(one.check, one.source)
             known = tuple(s.signature for s in cell.findings if s.by == SEARCH)
             units.append(
                 (one.source, one.check, one.signature, choices, known, deadline, matrix.against, findings)
@@ -619,10 +620,14 @@ def shrink_classes(
         answers.close()
 
 
-def _seen(matrix: Matrix, check_id: str, target: str, signature: str) -> Seen:
-    """The finding of a target's search with that signature."""
-    cell = matrix.cell(check_id, target)
-    return next(s for s in cell.findings if s.signature == signature and s.by == SEARCH)
+def _searched(cell: Cell, signature: str) -> Seen | None:
+    """The cell's finding of that signature by its target's own search (or its code's), if any."""
+    return next((s for s in cell.findings if s.signature == signature and s.by == SEARCH), None)
+
+
+def _worse(status: str, kind: str) -> str:
+    """A cell's status once a finding of ``kind`` joins it: the worse of the two."""
+    return next(k for k in (*SEVERITY, PASSED) if k in (status, kind))
 
 
 def _take(matrix: Matrix, check_id: str, target: str, old: Seen, shrunk: tuple[str, str, str | None]) -> None:
@@ -654,15 +659,15 @@ def _found_shrinking(matrix: Matrix, check_id: str, target: str, found: _Shrunk,
     met (counted, as a shrinking search counts it, as late as the budget spent; the status the worse)."""
     cell = matrix.cell(check_id, target)
     message = found.message.replace(source, target)
-    searched = [s for s in cell.findings if s.signature == found.signature and s.by == SEARCH]
-    if searched and not searched[0].shrunk:
-        _take(matrix, check_id, target, searched[0], (message, found.case, found.saved))
-    if searched:  # else met while shrinking, already by another class's shrinking: the first kept
+    searched = _searched(cell, found.signature)
+    if searched is not None and not searched.shrunk:
+        _take(matrix, check_id, target, searched, (message, found.case, found.saved))
+    if searched is not None:  # else met while shrinking, already by another class's shrinking: the first kept
         return
     seen = Seen(found.kind, found.signature, message, cell.examples_run, found.saved, found.case)
     seen = replace(seen, same_as=None if target == source else source)
-    worst = next(k for k in (*SEVERITY, PASSED) if k in (cell.status, found.kind))
-    matrix.cells[(check_id, target)] = replace(cell, status=worst, findings=(*cell.findings, seen))
+    status = _worse(cell.status, found.kind)
+    matrix.cells[(check_id, target)] = replace(cell, status=status, findings=(*cell.findings, seen))
 
 
 def _shrink_case(
@@ -768,13 +773,13 @@ def _add(matrix: Matrix, target: str, one: _Class, message: str, same_as: str | 
     ``same_as``: shown by the replay on that target, which runs the same code."""
     cell = matrix.cell(one.check, target)
     message = message if same_as is None else message.replace(same_as, target)
-    found = [seen for seen in cell.findings if seen.signature == one.signature and seen.by == SEARCH]
-    if found:
-        _take(matrix, one.check, target, found[0], (message, one.case, one.saved))
+    searched = _searched(cell, one.signature)
+    if searched is not None:
+        _take(matrix, one.check, target, searched, (message, one.case, one.saved))
         return
     by = {"by": REPLAY, "source": one.source, "same_as": same_as}
     seen = Seen(one.kind, one.signature, message, None, one.saved, **by)
-    worst = next(k for k in (*SEVERITY, PASSED) if k in (cell.status, one.kind))
+    worst = _worse(cell.status, one.kind)
     searched = cell.searched or (cell.status if worst != cell.status else "")
     matrix.cells[(one.check, target)] = replace(
         cell, status=worst, findings=(*cell.findings, seen), searched=searched

@@ -71,6 +71,8 @@ HUNG_SECONDS = 30.0
 """A check stops searching once its runs that hit the deadline add up to this (at least two runs)."""
 MAX_FINDINGS = 8
 """Distinct signatures one check reports at most (each costs a shrink)."""
+STOPPED = "case as found (the search stopped at its first failure)"
+"""What the report says of the case a search asked to stop at its first failure kept (``stop_at``)."""
 AS_FOUND = "case as found (the search did not shrink it)"
 """What the report says of a case a search that does not shrink kept (``run_check(shrink=False)``:
 ``check --no-shrink``, or a matrix's search, which shrinks each class's case once afterwards)."""
@@ -293,8 +295,7 @@ def run_check(
         shrink=shrink and not stop_at,
         explicit=tuple(explicit),
     )
-    if not shrink and not stop_at:
-        search.as_found, search.keep_choices = AS_FOUND, True
+    search.keep_choices = not shrink and not stop_at
     round_seed = check_seed(check, seed) if fixed else None
     try:
         while search.spent < budget and len(search.findings) < MAX_FINDINGS:
@@ -459,10 +460,9 @@ class _Search:
     shrink: bool = True
     explicit: tuple = ()
     """Examples run first, in the first round only."""
-    as_found: str = "case as found (the search stopped at its first failure)"
-    """What the report says of a case kept unshrunk (``shrink`` False)."""
     keep_choices: bool = False
-    """Keep each failure's choice sequence (``Finding.choices``), in a database of the search's own."""
+    """Keep each failure's choice sequence (``Finding.choices``), in a database of the search's own, to
+    shrink later: the search does not shrink, but it searches on (not ``stop_at``)."""
     reuse_only: bool = False
     """Draw nothing: replay the database's choice sequences and shrink those that fail (``shrink_found``)."""
     spent: int = 0
@@ -587,7 +587,9 @@ class _Search:
             self.spent = self.budget
             return False
         except _Found as found:
-            self._keep([found], first_seen, database.saved[-1:] if self.keep_choices else ())
+            # the failure Hypothesis saved last (none for a regression case, which it never draws)
+            drawn = database.saved[-1] if self.keep_choices and database.saved else None
+            self._keep([found], first_seen, drawn)
         except Exception as error:  # several findings (a group), or Hypothesis gave up
             from hypothesis.errors import Flaky
 
@@ -636,7 +638,7 @@ class _Search:
             finding = Finding(failure.kind, signature, failure, example, at, shrunk=False, unshrunk=note)
             self.findings.setdefault(signature, finding)
 
-    def _keep(self, found: list[_Found], first_seen: dict[str, int], choices: Sequence[bytes] = ()) -> None:
+    def _keep(self, found: list[_Found], first_seen: dict[str, int], choices: bytes | None = None) -> None:
         """Record the round's findings; a signature first met while shrinking another counts as late
         in the round as its budget allows (calls made while shrinking are not generated examples).
         ``choices``: the choice sequence of the one failure a round that does not shrink ends at."""
@@ -645,10 +647,10 @@ class _Search:
         for one in found:
             signature = one.failure.signature
             at = spent_before + min(first_seen.get(signature, 1), round_budget)
-            note = "" if self.shrink else self.as_found
+            note = "" if self.shrink else AS_FOUND if self.keep_choices else STOPPED
             kind, example = one.failure.kind, one.example
             finding = Finding(kind, signature, one.failure, example, at, shrunk=self.shrink, unshrunk=note)
-            finding.choices = choices[0] if len(found) == 1 and choices else None
+            finding.choices = choices if len(found) == 1 else None
             self.findings.setdefault(signature, finding)
             self.spent = max(self.spent, at)
 

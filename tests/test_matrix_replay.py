@@ -36,13 +36,19 @@ def start():
 """
 
 
+def _importable(tmp_path, monkeypatch, name: str, text: str) -> None:
+    """Module ``name`` with ``text``, importable for this test: another test's module of that name,
+    already imported, is forgotten."""
+    (tmp_path / f"{name}.py").write_text(text)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, name, raising=False)
+
+
 @pytest.fixture
 def missed(tmp_path, monkeypatch) -> Matrix:
     """A searched, unreplayed matrix over a mutant, the reference and the mutant's twin (the same bug under
     another spec) whose search is made to have missed the bug: its cell as a clean search's."""
-    (tmp_path / "twin_adapter.py").write_text(TWIN_MODULE)
-    monkeypatch.syspath_prepend(str(tmp_path))
-    monkeypatch.delitem(sys.modules, "twin_adapter", raising=False)  # another test's module of that name
+    _importable(tmp_path, monkeypatch, "twin_adapter", TWIN_MODULE)
     matrix = run_matrix([FOUND, CLEAN, TWIN], select([CHECK]), "ci", max_examples=30, replay=False)
     assert matrix.replay == NOT_REPLAYED
     assert matrix.cell(CHECK, TWIN).status == DIVERGENCE, "the twin has the mutant's bug"
@@ -266,9 +272,7 @@ def test_against_each_cell_holds_changes_and_replay_compares_too(tmp_path, monke
     """Against the reference, the mutant's findings are regressions; its twin, its search made to miss
     them, shows them by replay, run against the reference too: a replay on the twin alone would fail
     with the bare signatures, no change."""
-    (tmp_path / "twin_adapter.py").write_text(TWIN_MODULE)
-    monkeypatch.syspath_prepend(str(tmp_path))
-    monkeypatch.delitem(sys.modules, "twin_adapter", raising=False)  # another test's module of that name
+    _importable(tmp_path, monkeypatch, "twin_adapter", TWIN_MODULE)
     checks = select([CHECK])
     matrix = run_matrix([FOUND, CLEAN, TWIN], checks, "ci", max_examples=30, replay=False, against=CLEAN)
     assert matrix.against == CLEAN
@@ -353,9 +357,7 @@ def test_each_class_is_shrunk_once_on_its_first_target_and_the_others_take_its_c
     from mmharness import matrix as matrix_module
     from mmharness import payload
 
-    (tmp_path / "outside_adapter.py").write_text(OUTSIDE_MODULE)
-    monkeypatch.syspath_prepend(str(tmp_path))
-    monkeypatch.delitem(sys.modules, "outside_adapter", raising=False)  # another test's module of that name
+    _importable(tmp_path, monkeypatch, "outside_adapter", OUTSIDE_MODULE)
     shrunk_on: list[str] = []
     real = matrix_module._shrink_case
     monkeypatch.setattr(
@@ -417,9 +419,7 @@ def test_a_search_that_does_not_shrink_keeps_choices_that_shrink_alike_in_any_ru
 def test_a_case_left_as_found_is_never_called_shrunk(tmp_path, monkeypatch):
     """Where a class's case could not be shrunk (here: ``shrink_classes`` never ran), the replay neither
     marks it shrunk on the target it came from nor hands it to the others that found the class."""
-    (tmp_path / "outside_adapter.py").write_text(OUTSIDE_MODULE)
-    monkeypatch.syspath_prepend(str(tmp_path))
-    monkeypatch.delitem(sys.modules, "outside_adapter", raising=False)
+    _importable(tmp_path, monkeypatch, "outside_adapter", OUTSIDE_MODULE)
     targets = [OUTSIDE, OUTSIDE_TWIN]
     matrix = run_matrix(targets, select([ENCODED]), "ci", replay=False, shrink=False, dedup=False)
     before = {t: [(s.signature, s.case) for s in matrix.cell(ENCODED, t).findings] for t in targets}
