@@ -63,7 +63,10 @@ kill; ``--timeout`` bounds the whole run as a safety net, also a kill). A
 mutant is *killed* when the run fails (exit 1: a new way of failing), and
 *killed under --strict* also when its report holds a hazard or could-not-test
 signature none of the baselines has (wasted encoder work, a cache keeping
-views: behaviour that follows the rules but changed). Both figures come from
+views: behaviour that follows the rules but changed), or a known finding whose
+own case, replayed, no longer fails as recorded (``baseline_changes``: a change
+in code that already failed, which a known signature would hide; ``check
+--strict`` fails on it too). Both figures come from
 the same run; ``--strict`` picks the one the survivors list and
 ``--survivors-of`` use. A run that ends otherwise (exit 2, 4) is an *error*,
 listed and left out of the score. Workers run in parallel, each on its own
@@ -255,7 +258,9 @@ KILLED, TIMED_OUT, SURVIVED, NOT_REACHED, NOT_APPLIED = (
     "killed", "timed out", "survived", "not reached", "not applied",
 )  # fmt: skip
 KILLS = (KILLED, TIMED_OUT)
-STRICT_KINDS = ("hazard", "could-not-test")
+CHANGED = "changed"
+"""The kind ``new_findings`` gives a known finding whose own case no longer fails as recorded."""
+STRICT_KINDS = ("hazard", "could-not-test", CHANGED)
 
 _TRACED = r"""
 import json, os, sys, threading
@@ -364,12 +369,16 @@ def tolerated(baselines: Iterable[dict]) -> set[tuple[str, str, str]]:
 
 
 def new_findings(report: dict, known: set[tuple[str, str, str]]) -> list[dict]:
-    """The findings of a mutant's report whose way of failing no baseline holds."""
+    """The findings of a mutant's report whose way of failing no baseline holds, then the known ones
+    whose own case changed (kind ``CHANGED``)."""
     return [
         {"check": result["check"], "kind": finding["kind"], "signature": finding["signature"]}
         for result in report.get("results", ())
         for finding in result.get("findings") or ()
         if (result["check"], result["device"], finding["signature"]) not in known
+    ] + [
+        {"check": change["check"], "kind": CHANGED, "signature": change["signature"]}
+        for change in report.get("baseline_changes") or ()
     ]
 
 

@@ -1,12 +1,20 @@
 """Known findings a run tolerates: each recorded by how it failed, not only that it did.
 
-A baseline entry is ``(check, device, signature)`` with the kind and the hash
-of the shrunk case for reference. A finding whose signature is in the baseline
-is tolerated; a new signature in a check that already had findings is new, and
-fails the run as any other. Entries that did not reproduce in a run where
-their check ran are *stale* (shown, never fatal): the engine may have been
-fixed. A baseline is written by ``--write-baseline``, and a ``--json`` report
-serves as one too.
+A baseline entry is ``(check, device, signature)`` with the kind and the
+shrunk case. A finding whose signature is in the baseline is tolerated; a new
+signature in a check that already had findings is new, and fails the run as
+any other. A baseline is written by ``--write-baseline``, and a ``--json``
+report serves as one too.
+
+A known signature can hide a change: code that already fails, changed, may
+fail the same way on other cases, or stop failing on this one, and the search
+would see nothing new. So each entry's own case is replayed after the search
+(``recheck``): one that no longer fails the way its entry recorded is a
+*changed* known finding, shown with its case saved and a replay line, and
+fatal under ``--strict`` (a fix is one too: write the baseline again). An entry
+without a case (a baseline from before cases were kept) that did not reproduce
+in the search is *stale*: shown, never fatal, since a search draws what it
+draws.
 
 A baseline names its target by what it runs, not by how it was spelled: its
 ``target`` (a report's ``identity``) holds the sha256 of each engine file the
@@ -39,12 +47,12 @@ import hashlib
 import json
 import os
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from mmharness.jsonfile import JSONFileError, read_json
-from mmharness.runner import Finding, Result
+from mmharness.runner import SKIPPED, Example, Finding, Result
 
 if TYPE_CHECKING:
     from mmharness.targets.base import Target
@@ -65,6 +73,37 @@ class Entry:
     """``None``: any way of failing (an entry from a report of the first format)."""
     kind: str = ""
     case_hash: str | None = None
+    example: Example | None = field(default=None, compare=False)
+    """The shrunk case, replayed by ``recheck`` (``None``: kept by no baseline before cases were)."""
+
+
+@dataclass
+class Change:
+    """A known finding whose own case, replayed, no longer fails the way its entry recorded."""
+
+    entry: Entry
+    now: Result
+    """The replay: passed, or failed only in other ways."""
+    saved: str | None = None
+    """Where ``check`` saved the case, for ``replay``."""
+
+    def as_json(self) -> dict:
+        """As the ``--json`` report lists it (``baseline_changes``)."""
+        return {
+            "check": self.entry.check,
+            "device": self.entry.device,
+            "signature": self.entry.signature,
+            "kind": self.entry.kind,
+            "now": [{"kind": f.kind, "signature": f.signature} for f in self.now.findings],
+            "saved": self.saved,
+        }
+
+    def shown(self) -> str:
+        if not self.now.findings:
+            return "its case now passes"
+        return "its case now fails otherwise: " + "; ".join(
+            f"{f.kind}: {f.signature}" for f in self.now.findings
+        )
 
 
 def identity(target: Target, spec: str) -> dict:
@@ -248,14 +287,16 @@ class Baseline:
         )
 
     def stale(self, results: Iterable[Result]) -> list[Entry]:
-        """Entries of checks that ran whose way of failing did not show up."""
+        """Entries without a case (``recheck`` judges the others) of checks that ran whose way of
+        failing did not show up."""
         seen = {(r.check.id, r.device, f.signature) for r in results for f in r.findings}
         ran = {(r.check.id, r.device) for r in results}
         return sorted(
             (
                 e
                 for e in self.entries
-                if (e.check, e.device) in ran
+                if e.example is None
+                and (e.check, e.device) in ran
                 and (e.check, e.device, e.signature) not in seen
                 and not (e.signature is None and any((e.check, e.device) == s[:2] for s in seen))
             ),
@@ -271,14 +312,11 @@ def load(path: str, current: dict) -> Baseline:
     try:
         if data.get("format") == FORMAT:
             recorded = data["target"]
-            entries = [
-                Entry(e["check"], e["device"], e["signature"], e.get("kind", ""), e.get("case_hash"))
-                for e in data["entries"]
-            ]
+            entries = [_entry(path, f"entries[{n}]", e) for n, e in enumerate(data["entries"])]
             depth = (data.get("search") or {}).get("examples")
         elif str(data.get("format", "")).startswith("mmharness.report/"):
             recorded = {"spec": data["target"], **data.get("identity", {})}
-            entries = list(_from_report(data["results"]))
+            entries = list(_from_report(path, data["results"]))
             depth = max((r.get("examples") or 0 for r in data["results"]), default=0) or None
         else:
             raise BaselineError(f"{path}: not a baseline or a --json report (format {data.get('format')!r})")
@@ -315,18 +353,58 @@ def shallower(known: Baseline, results: Iterable[Result]) -> str | None:
     )
 
 
-def _from_report(results: list[dict]) -> Iterable[Entry]:
-    for r in results:
+def _from_report(path: str, results: list[dict]) -> Iterable[Entry]:
+    for n, r in enumerate(results):
         findings = r.get("findings")
         if findings is None and r["status"] in ("failed", "hazard"):
             yield Entry(r["check"], r["device"], None, r["status"])
-        for f in findings or ():
-            yield Entry(r["check"], r["device"], f["signature"], f["kind"], f.get("case_hash"))
+        for k, f in enumerate(findings or ()):
+            yield _entry(
+                path, f"results[{n}].findings[{k}]", {**f, "check": r["check"], "device": r["device"]}
+            )
+
+
+def _entry(path: str, where: str, e: dict) -> Entry:
+    """An entry of a baseline (or a report's finding, with its result's check and device); its case, when
+    kept, parsed here, so a damaged one is named before anything runs."""
+    from mmharness import payload
+
+    example = None
+    if e.get("case") is not None:
+        try:
+            document = payload.parse_document(e["case"])
+        except payload.PayloadError as error:
+            raise BaselineError(f"{path}: {where}.case: {error}") from None
+        example = (document.case, document.params)
+    return Entry(e["check"], e["device"], e["signature"], e.get("kind", ""), e.get("case_hash"), example)
+
+
+def recheck(known: Baseline, target: Target, results: Iterable[Result]) -> list[Change]:
+    """Replay each known case of a check that ran; the ones that no longer fail as recorded.
+
+    Exact where the search is not: the case is fixed, and a target loading the same files fails on it
+    the same way every time, so a change means the code changed there. A case that did not finish in
+    time is left out (timing is not exact), and so is an entry whose check the replay cannot run."""
+    from mmharness.deadline import SIGNATURE as DID_NOT_FINISH
+    from mmharness.runner import replay
+
+    ran = {(r.check.id, r.device): r for r in results if r.status != SKIPPED and not r.interrupted}
+    changes = []
+    for entry in sorted(
+        known.entries, key=lambda e: (e.check, e.device, e.signature or "", e.case_hash or "")
+    ):
+        result = ran.get((entry.check, entry.device))
+        if entry.example is None or result is None or entry.signature == DID_NOT_FINISH:
+            continue
+        now = replay(result.check, target, entry.example, deadline=result.deadline)
+        if now.status != SKIPPED and all(f.signature != entry.signature for f in now.findings):
+            changes.append(Change(entry, now))
+    return changes
 
 
 def dump(results: list[Result], current: dict, search: dict) -> dict:
     """A baseline of every finding of a run, with how deep the run searched (``search``: its options)."""
-    from mmharness.report import case_hash
+    from mmharness.report import case_document, case_hash
 
     deepest = max((r.examples_run for r in results), default=0)
     return {
@@ -340,6 +418,7 @@ def dump(results: list[Result], current: dict, search: dict) -> dict:
                 "signature": f.signature,
                 "kind": f.kind,
                 "case_hash": case_hash(f),
+                "case": case_document(f),
             }
             for r in results
             for f in r.findings

@@ -15,13 +15,16 @@ import shlex
 import stat
 import tempfile
 from pathlib import Path
-from typing import TextIO
+from typing import TYPE_CHECKING, TextIO
 from xml.etree import ElementTree
 
 from mmharness.against import change_of
 from mmharness.checks.outcome import COULD_NOT_TEST, DIVERGENCE, HAZARD
 from mmharness.deadline import SIGNATURE as DID_NOT_FINISH
-from mmharness.runner import PASSED, SKIPPED, Finding, Result, fails_run
+from mmharness.runner import PASSED, SKIPPED, Example, Finding, Result, fails_run
+
+if TYPE_CHECKING:
+    from mmharness.checks.registry import Check
 
 _COLORS = {PASSED: "32", DIVERGENCE: "31", HAZARD: "33", COULD_NOT_TEST: "35", SKIPPED: "2"}
 LABELS = {
@@ -75,23 +78,30 @@ def replay_command(
 
 def save(result: Result, finding: Finding, target_spec: str, directory: Path) -> str:
     """Write a finding's shrunk example as a case document; return its path."""
+    note = f"{finding.kind}: {finding.failure.message}"
+    return save_case(result.check, finding.example, target_spec, directory, note)
+
+
+def save_case(check: Check, example: Example, target_spec: str, directory: Path, note: str) -> str:
+    """Write an example of ``check`` as a case document naming the target, the engine and the settings
+    it ran under (what ``replay`` needs); return its path."""
     from mmharness import payload
     from mmharness.targets import settings
     from mmharness.targets.specs import ENGINE_VARIABLE
 
-    case, params = finding.example
+    case, params = example
     text = payload.dumps(
         case,
-        check=result.check.id,
-        rule=result.check.rule,
+        check=check.id,
+        rule=check.rule,
         target=target_spec,
         engine=os.environ.get(ENGINE_VARIABLE, "").strip() or None,
         params=params,
-        note=f"{finding.kind}: {finding.failure.message}",
+        note=note,
         env=settings.given(),
     )
     digest = hashlib.sha1(text.encode()).hexdigest()[:10]
-    path = directory / f"{result.check.id}-{digest}.json"
+    path = directory / f"{check.id}-{digest}.json"
     write(str(path), text)
     return str(path)
 
@@ -104,6 +114,16 @@ def case_hash(finding: Finding) -> str | None:
 
     case, params = finding.example
     return hashlib.sha1(payload.dumps(case, params=params).encode()).hexdigest()[:10]
+
+
+def case_document(finding: Finding) -> dict | None:
+    """A finding's case as a case document (no provenance), which a baseline keeps to replay."""
+    if finding.example is None:
+        return None
+    from mmharness import payload
+
+    case, params = finding.example
+    return payload.dump(case, params=params)
 
 
 def failure_details(result: Result, target_spec: str, *, against: str | None = None) -> str:
@@ -160,8 +180,11 @@ def as_json(
     coverage: dict | None = None,
     against: str | None = None,
     untested: list[str] | None = None,
+    changes: list[dict] | None = None,
 ) -> dict:
     """The report; ``untested``: what the run did not exercise (``mmharness.untested``);
+    ``changes``: the baseline's known findings whose own case no longer fails as recorded
+    (``baseline.Change.as_json``);
     ``coverage`` (``mmharness.reach.analyse``'s figures, ``check --coverage``) is kept
     under that key when given. ``against``: the spec ``check --against`` compared with (``None``: no
     comparison); each finding of such a run carries its ``change`` (regression, fix, neutral)."""
@@ -196,6 +219,7 @@ def as_json(
                         "case_hash": case_hash(f),
                         "saved": f.saved,
                         "shrunk": f.shrunk,
+                        "case": case_document(f),
                         **({"change": change_of(f.signature)} if against else {}),
                     }
                     for f in r.findings
@@ -203,6 +227,7 @@ def as_json(
             }
             for r in results
         ],
+        "baseline_changes": list(changes or ()),
     }
     if coverage is not None:
         document["coverage"] = coverage

@@ -213,3 +213,76 @@ def test_the_vllm_release_baseline_applies_to_a_path_copy_of_its_files(
     old.write_text(json.dumps(document))
     code, out, _ = run(capsys, *args, "--target", "vllm==0.33.0", "--baseline", str(old))
     assert code == 0 and "recorded for 'vllm==0.33.0' by its spec only" in out
+
+
+MUTANT = ["check", "--target", "mutant:chunk_start_off_by_one", "--checks", "chunk.matches_reference"]
+
+
+def test_a_known_finding_whose_own_case_no_longer_fails_so_is_a_change_fatal_under_strict(capsys, tmp_path):
+    """A known signature hides a change in code that already fails, so each entry's own case is replayed:
+    the unchanged target reproduces every one; an entry whose case now passes (or fails only otherwise)
+    is shown with its case saved and a replay line, in the JSON report, and fails the run under
+    ``--strict`` only."""
+    written, findings = tmp_path / "baseline.json", ["--findings", str(tmp_path / "f")]
+    assert run(capsys, *MUTANT, *findings, "--write-baseline", str(written))[0] == 1
+    document = json.loads(written.read_text())
+    assert document["entries"] and all(e["case"]["requests"] for e in document["entries"])
+    code, out, _ = run(capsys, *MUTANT, *findings, "--baseline", str(written), "--strict")
+    assert code == 0 and "changed" not in out, "the target the baseline was written for reproduces it"
+
+    entry = document["entries"][0]
+    for request in entry["case"]["requests"]:
+        request["items"] = []  # a case the off-by-one start cannot get wrong
+    edited, report = tmp_path / "edited.json", tmp_path / "report.json"
+    edited.write_text(json.dumps(document))
+    code, out, _ = run(capsys, *MUTANT, *findings, "--baseline", str(edited), "--json", str(report))
+    assert code == 0, "shown, not fatal, without --strict"
+    assert "1 known finding(s) changed" in out
+    assert f"chunk.matches_reference [cpu] {entry['signature']}: its case now passes" in out
+    (change,) = json.loads(report.read_text())["baseline_changes"]
+    assert change["signature"] == entry["signature"] and change["now"] == []
+    assert f"reproduce with: mmharness replay {change['saved']} --target mutant:chunk_start_off_by_one" in out
+    assert run(capsys, "replay", change["saved"])[0] == 0
+    assert run(capsys, *MUTANT, *findings, "--baseline", str(edited), "--strict")[0] == 1
+
+    document["entries"][0] = {**json.loads(written.read_text())["entries"][0], "signature": "another way"}
+    edited.write_text(json.dumps(document))
+    code, out, _ = run(capsys, *MUTANT, *findings, "--baseline", str(edited))
+    assert f"another way: its case now fails otherwise: divergence: {entry['signature']}" in out
+
+
+def test_a_damaged_case_in_a_baseline_is_named_before_anything_runs(capsys, tmp_path):
+    written = tmp_path / "baseline.json"
+    run(capsys, *MUTANT, "--findings", str(tmp_path / "f"), "--write-baseline", str(written))
+    document = json.loads(written.read_text())
+    document["entries"][1]["case"]["requests"][0]["extend_len"] = -1
+    written.write_text(json.dumps(document))
+    code, _, err = run(capsys, *MUTANT, "--baseline", str(written))
+    assert code == 2 and f"{written}: entries[1].case: requests[0].extend_len" in err
+
+
+WINDOW_TEST = "end >= extend_prefix_len and start < extend_prefix_len + extend_seq_len"
+
+
+@pytest.mark.network
+def test_a_change_in_code_that_already_fails_is_seen_through_the_known_cases(
+    sglang_release, harness_cache, tmp_path, capsys, monkeypatch
+):
+    """0.5.23 already fails R3 (its EVS skip). A bug seeded into the per-image window test (``and`` ->
+    ``or``: every item counts as in its window) fails only in ways the baseline knows, so the search
+    sees nothing new; the known case, replayed, now passes, and ``--strict`` fails the run."""
+    monkeypatch.setenv("MMHARNESS_CACHE", str(harness_cache))
+    copy = tmp_path / "copy"
+    shutil.copytree(Path(sglang_release("0.5.23").describe()["source"]), copy)
+    written = tmp_path / "baseline.json"
+    args = ["check", "--target", str(copy), "--checks", "prefill.matches_reference"]
+    args += ["--findings", str(tmp_path / "f")]
+    assert run(capsys, *args, "--write-baseline", str(written))[0] == 1
+    assert run(capsys, *args, "--baseline", str(written), "--strict")[0] == 0
+    rules = copy / "sglang/srt/managers/mm_schedule.py"
+    source = rules.read_text()
+    assert source.count(WINDOW_TEST) == 1, "0.5.23's window test moved"
+    rules.write_text(source.replace(WINDOW_TEST, WINDOW_TEST.replace(" and ", " or ")))
+    code, out, _ = run(capsys, *args, "--baseline", str(written))
+    assert code == 0 and "known finding(s) changed" in out and "its case now passes" in out
+    assert run(capsys, *args, "--baseline", str(written), "--strict")[0] == 1

@@ -96,6 +96,9 @@ def test_new_findings_are_those_no_baseline_holds_by_check_device_and_signature(
         {"check": "a", "kind": "hazard", "signature": "s3"},
         {"check": "b", "kind": "divergence", "signature": "s1"},
     ]
+    changed = {**mutant, "baseline_changes": [{"check": "a", "device": "cpu", "signature": "s1"}]}
+    assert ms.new_findings(changed, known)[-1] == {"check": "a", "kind": ms.CHANGED, "signature": "s1"}
+    assert ms.verdicts(0, ms.new_findings(changed, known)[-1:]) == (ms.SURVIVED, ms.KILLED)
 
 
 def test_verdicts_plain_and_strict_from_one_run():

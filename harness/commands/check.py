@@ -133,6 +133,7 @@ def add_parser(sub) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from mmharness import baseline, interrupts, reach, report, untested
+    from mmharness.checks.outcome import HAZARD
     from mmharness.progress import Progress, summary_table
     from mmharness.runner import cuda_available
     from mmharness.session import Session
@@ -274,6 +275,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"note: {deeper}")
     for entry in known.stale(results) if known else ():
         print(f"stale baseline entry (did not reproduce): {entry.check} [{entry.device}] {entry.signature}")
+    changes = _changed_known(known, target, results, args) if known and not interrupted else []
     left = untested.report(results, shown)
     if left:
         print(f"\nuntested in {args.target} (what this run did not exercise):")
@@ -293,6 +295,7 @@ def run(args: argparse.Namespace) -> int:
             coverage=figures,
             against=args.against,
             untested=left,
+            changes=[change.as_json() for change in changes],
         )
         report.write(args.json, json.dumps(data, indent=2) + "\n")
     if args.junit:
@@ -308,7 +311,32 @@ def run(args: argparse.Namespace) -> int:
         return interrupts.exit_code()
     if nothing_ran(results):
         return NOTHING_RAN
-    return exit_code([f.kind for r in results for f in _untolerated(r, known)], strict=args.strict)
+    changed = [HAZARD] * len(changes)  # as a hazard: shown, and fatal under --strict
+    return exit_code([f.kind for r in results for f in _untolerated(r, known)] + changed, strict=args.strict)
+
+
+def _changed_known(known, target, results, args) -> list:
+    """The baseline's known findings whose own case no longer fails as recorded (``baseline.recheck``),
+    each shown with its case saved and the line replaying it."""
+    from mmharness import baseline, report
+
+    changes = baseline.recheck(known, target, results)
+    if changes:
+        print(
+            f"\n{len(changes)} known finding(s) changed: the baseline's own case no longer fails as recorded"
+            " (the code changed where it already failed: a fix, or a change the known signature would"
+            " hide; fatal under --strict; once reviewed, write the baseline again)"
+        )
+    for change in changes:
+        entry = change.entry
+        note = f"the baseline's case of {entry.kind}: {entry.signature}"
+        change.saved = report.save_case(
+            change.now.check, entry.example, args.target, Path(args.findings), note
+        )
+        print(f"  {entry.check} [{entry.device}] {entry.signature}: {change.shown()}")
+        print(f"    saved to: {change.saved}")
+        print(f"    reproduce with: {report.replay_command(change.saved, args.target)}")
+    return changes
 
 
 class _FailedFast(Exception):
