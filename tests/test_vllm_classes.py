@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 from mmharness.checks import all_checks
-from mmharness.checks.outcome import Hazard
+from mmharness.checks.outcome import Failure, Hazard
 from mmharness.deadline import NoProgress
 from mmharness.model import Case, Item, Request
 
@@ -158,3 +158,29 @@ def test_a_request_repeating_an_image_keeps_it_until_its_last_occurrence(vllm_re
     with pytest.raises(Hazard) as evicted:
         run(release(seeded_copy(vllm_release_dir, BY_IDENTIFIER)), "prefill.draft_lookahead", case, drawn)
     assert evicted.value.signature == EVICTED_HELD
+
+
+# A scheduler that never rolls a step back to keep an item whole: the token budget alone ends a step.
+NO_WHOLE_ITEMS = (
+    SCHEDULER,
+    "                self.scheduler_config.disable_chunked_mm_input\n                and not",
+    "                False\n                and not",
+)
+
+
+def test_a_budget_cut_one_token_before_the_next_image_is_the_whole_items_divergence(
+    vllm_release_dir, seeded_copy
+):
+    """Text, then two touching images, a token budget of 5, items whole and a drafter. 0.33.0 rolls its
+    second step back to one token before the second image, inside the first: the look-ahead hazard. A
+    scheduler that keeps no item whole stops its first step there too, by the budget alone, having got
+    every token it asked for: that cut is the divergence, not the hazard it happens to look like."""
+    case = one_request(image(2, 4, 5), image(6, 2, 6), seq_len=8)
+    drawn = options(whole=1, drafter=1, token_budget=5)
+    with pytest.raises(Hazard) as cut:
+        run(release(vllm_release_dir), "prefill.whole_items", case, drawn)
+    assert cut.value.signature == LOOKAHEAD_CUT
+    with pytest.raises(Failure) as failed:
+        run(release(seeded_copy(vllm_release_dir, [NO_WHOLE_ITEMS])), "prefill.whole_items", case, drawn)
+    assert not isinstance(failed.value, Hazard)
+    assert failed.value.message == "a step cut an item it started, with items scheduled whole"

@@ -136,7 +136,7 @@ def _held_to_the_rules(case: Case, served: Any, *, whole: bool, drafter: bool, l
     scheduled = _scheduled(case, served.steps)
     cut = reference.cut_items(case, served.steps) if whole else []
     # With a drafter, vLLM's cut right before an item the look-ahead would reach is a hazard (see below).
-    cut_for_lookahead = drafter and all(_cut_for_lookahead(case, served.steps, c, lookahead) for c in cut)
+    cut_for_lookahead = drafter and all(_cut_for_lookahead(case, served, c, lookahead) for c in cut)
     if cut and not cut_for_lookahead:
         raise Failure(
             "a step cut an item it started, with items scheduled whole",
@@ -172,24 +172,29 @@ def scheduled_run(target: Target, case: Case, params: dict) -> None:
         _held_to_the_rules(case, served, whole=whole, drafter=drafter)
 
 
-def _cut_for_lookahead(case: Case, steps: list, cut: tuple[int, int], lookahead: int) -> bool:
-    """Whether a step cut the item right before another item of its request starts ``lookahead`` on.
+def _cut_for_lookahead(case: Case, served: Any, cut: tuple[int, int], lookahead: int) -> bool:
+    """Whether the scheduler cut the item stopping a step ``lookahead`` before another item of its request.
 
     vLLM, with items whole and a drafter, rolls a step back to one token
     before the next item it cannot finish (so the drafter's look-ahead stays
     off it), even when that cuts the item just before: R3w and R3d together
-    (docs/rules.md, "A second engine").
+    (docs/rules.md, "A second engine"). A step that got every token it asked
+    for (its log's ``asked``, where the target keeps one) was ended by its
+    window or the token budget, not rolled back: its cut is the whole-items
+    divergence, wherever it happens to stop.
     """
     k, i = cut
     request = case.requests[k]
     item = request.items[i].extent
     starts = {other.extent.start for other in request.items}
+    asked = {(r, step.live[r]): n for step in served.log or () for r, n in getattr(step, "asked", {}).items()}
     return any(
         r == k
         and first <= item.start
         and item.start < first + n < item.stop
         and first + n + lookahead in starts
-        for r, first, n in steps
+        and n < asked.get((r, first), n + 1)
+        for r, first, n in served.steps
     )
 
 

@@ -102,6 +102,10 @@ class StepLog:
     """``(request, item)`` of every encoder input the step ran, in encoder-call order."""
     scheduled: dict[int, int] = field(default_factory=dict)
     """Request index -> the tokens the step scheduled for it (requests it scheduled nothing for absent)."""
+    asked: dict[int, int] = field(default_factory=dict)
+    """Request index -> the tokens it asked the scheduler for: the rest of its window, at most what was
+    left of the step's token budget. Fewer scheduled means the scheduler cut the step (to keep an item
+    whole, or off an item it cannot encode); as many means the window or the budget ended it."""
     rejected: list[int] = field(default_factory=list)
     """Requests the step rejected (an identifier cached or scheduled with another embedding count)."""
     evicted: list[int] = field(default_factory=list)
@@ -392,7 +396,9 @@ class Driver:
                 if taken > cap:
                     raise self._stuck_at_cap(_waiting(requests, ends, live), cap, need, len(requests))
                 log.append(StepLog({k: requests[k].num_computed_tokens for k in sorted(live)}))
-                scheduled = self._schedule(scheduler, requests, ends, live, budget, tokens, lookahead)
+                scheduled = self._schedule(
+                    scheduler, requests, ends, live, budget, tokens, lookahead, asked=log[-1].asked
+                )
                 log[-1].scheduled = {k: count for k, (count, _) in scheduled.items()}
                 # vLLM finishes a rejected request with an error after the step, and forgets the rejection
                 mismatched = scheduler.encoder_cache_mismatch_reqs
@@ -482,13 +488,15 @@ class Driver:
         budget: int,
         tokens: int | None,
         lookahead: int,
+        *,
+        asked: dict[int, int],
     ) -> dict[int, tuple[int, list[int]]]:
         """One scheduler step: request index -> (tokens scheduled, encoder inputs to run).
 
         As vLLM's ``schedule`` does for running requests: in order, each asks
         for what is left of its window (at most what is left of the token
-        budget), and the step's token and encoder budgets go down only by
-        what a request was scheduled.
+        budget; recorded in ``asked``), and the step's token and encoder
+        budgets go down only by what a request was scheduled.
         """
         scheduled: dict[int, tuple[int, list[int]]] = {}
         for k in sorted(live):
@@ -498,6 +506,7 @@ class Driver:
                 remaining = min(remaining, tokens)
             if remaining <= 0:
                 continue
+            asked[k] = remaining
             answer = scheduler._try_schedule_encoder_inputs(
                 request, request.num_computed_tokens, remaining, budget, shift_computed_tokens=lookahead
             )
