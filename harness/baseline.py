@@ -277,6 +277,9 @@ class Baseline:
     """Examples per check of the deepest search behind it (``None``: not recorded)."""
     notes: tuple[str, ...] = ()
     """What a user should know of how it applies (recorded for another spelling, or by spec only)."""
+    compared: bool | None = None
+    """Whether its findings come from a run with ``--against``, which signs them as changes (``None``:
+    it cannot tell: no findings). A run tolerates only findings signed its own way (``mode_problem``)."""
 
     def tolerates(self, result: Result, finding: Finding) -> bool:
         return any(
@@ -313,11 +316,14 @@ def load(path: str, current: dict) -> Baseline:
         if data.get("format") == FORMAT:
             recorded = data["target"]
             entries = [_entry(path, f"entries[{n}]", e) for n, e in enumerate(data["entries"])]
-            depth = (data.get("search") or {}).get("examples")
+            search = data.get("search") or {}
+            depth = search.get("examples")
+            compared = _compared(search, entries)
         elif str(data.get("format", "")).startswith("mmharness.report/"):
             recorded = {"spec": data["target"], **data.get("identity", {})}
             entries = list(_from_report(path, data["results"]))
             depth = max((r.get("examples") or 0 for r in data["results"]), default=0) or None
+            compared = _compared(data, entries)
         else:
             raise BaselineError(f"{path}: not a baseline or a --json report (format {data.get('format')!r})")
     except (KeyError, TypeError, AttributeError) as error:
@@ -327,18 +333,54 @@ def load(path: str, current: dict) -> Baseline:
     if not isinstance(recorded, dict):
         raise BaselineError(f"{path}: not a baseline or a --json report (bad target {recorded!r})")
     notes = applies(path, recorded, current)
-    return Baseline(path, frozenset(entries), depth if isinstance(depth, int) else None, tuple(notes))
+    depth = depth if isinstance(depth, int) else None
+    return Baseline(path, frozenset(entries), depth, tuple(notes), compared)
+
+
+def _compared(recorded: dict, entries: list[Entry]) -> bool | None:
+    """Whether a baseline's run compared with ``--against``: as it recorded (``against``, in a report and
+    in a baseline's ``search``), else from its signatures (a baseline from before it was recorded)."""
+    from mmharness.against import change_of
+
+    if "against" in recorded:
+        return recorded["against"] is not None
+    signatures = [e.signature for e in entries if e.signature]
+    if not signatures:
+        return None
+    return any(change_of(s) is not None or s.startswith("against: ") for s in signatures)
 
 
 def combined(baselines: list[Baseline]) -> Baseline:
     """Several baselines as one: every entry of each (runs under other seeds add what theirs found)."""
     depths = [b.depth for b in baselines if b.depth is not None]
+    modes = {b.compared for b in baselines} - {None}
+    if len(modes) > 1:
+        shown = " and ".join(f"{b.path} ({_mode(b.compared)})" for b in baselines if b.compared is not None)
+        raise BaselineError(f"{shown}: written in different modes, so their findings are signed otherwise")
     return Baseline(
         ", ".join(b.path for b in baselines),
         frozenset().union(*(b.entries for b in baselines)),
         max(depths, default=None),
         tuple(note for b in baselines for note in b.notes),
+        modes.pop() if modes else None,
     )
+
+
+def mode_problem(known: Baseline, against: str | None) -> str | None:
+    """Why ``known`` cannot serve a run with (or without) ``--against``, or ``None``: such a run signs its
+    findings as changes (``regression: ...``, ``neutral change (...)``), a run without it by the rules,
+    so a baseline of the other mode would tolerate nothing and call each of its own cases changed."""
+    if known.compared is None or known.compared == (against is not None):
+        return None
+    run = f"this run compares against {against}" if against else "this run has no --against"
+    return (
+        f"{known.path}: written {_mode(known.compared)} and {run}: its findings are signed the other way,"
+        " so it would tolerate none (write it in the same mode)"
+    )
+
+
+def _mode(compared: bool | None) -> str:
+    return "with --against" if compared else "without --against"
 
 
 def shallower(known: Baseline, results: Iterable[Result]) -> str | None:

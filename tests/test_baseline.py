@@ -286,3 +286,26 @@ def test_a_change_in_code_that_already_fails_is_seen_through_the_known_cases(
     code, out, _ = run(capsys, *args, "--baseline", str(written))
     assert code == 0 and "known finding(s) changed" in out and "its case now passes" in out
     assert run(capsys, *args, "--baseline", str(written), "--strict")[0] == 1
+
+
+def test_a_baseline_serves_only_runs_of_its_own_mode_with_or_without_against(capsys, tmp_path):
+    """``--against`` signs findings as changes (``regression: ...``), a plain run by the rules: a baseline
+    of the other mode would tolerate nothing and call every case of its own changed, so it is refused,
+    whether its mode is recorded or read from its signatures (a baseline from before it was recorded)."""
+    plain, compared = tmp_path / "plain.json", tmp_path / "compared.json"
+    against = ["--against", "reference"]
+    run(capsys, *MUTANT, "--findings", str(tmp_path / "f"), "--write-baseline", str(plain))
+    run(capsys, *MUTANT, *against, "--findings", str(tmp_path / "f"), "--write-baseline", str(compared))
+    assert json.loads(compared.read_text())["search"]["against"] == "reference"
+    assert run(capsys, *MUTANT, *against, "--baseline", str(compared), "--strict")[0] == 0
+    code, _, err = run(capsys, *MUTANT, *against, "--baseline", str(plain))
+    assert code == 2 and "written without --against and this run compares against reference" in err
+    code, _, err = run(capsys, *MUTANT, "--baseline", str(compared))
+    assert code == 2 and "written with --against and this run has no --against" in err
+    for path in (plain, compared):  # as written before the mode was recorded
+        document = json.loads(path.read_text())
+        del document["search"]["against"]
+        path.write_text(json.dumps(document))
+    assert run(capsys, *MUTANT, *against, "--baseline", str(plain))[0] == 2
+    code, _, err = run(capsys, *MUTANT, "--baseline", str(plain), "--baseline", str(compared))
+    assert code == 2 and "written in different modes" in err

@@ -414,7 +414,12 @@ def test_baselines_record_their_depth_and_combine(capsys, tmp_path):
     code, _, _ = run(capsys, "check", *mutant, "--checks", "chunk.matches_reference", "--max-examples", "5",
                      "--write-baseline", str(one))  # fmt: skip
     assert code == 1
-    assert json.loads(one.read_text())["search"] == {"profile": "ci", "seed": None, "examples": 5}
+    assert json.loads(one.read_text())["search"] == {
+        "profile": "ci",
+        "seed": None,
+        "against": None,
+        "examples": 5,
+    }
     run(capsys, "check", *mutant, "--checks", "prefill.matches_reference", "--write-baseline", str(two))
     both = ["--checks", "chunk.matches_reference,prefill.matches_reference"]
     code, out, _ = run(capsys, "check", *mutant, *both, "--baseline", str(one))

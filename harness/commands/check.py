@@ -146,7 +146,7 @@ def run(args: argparse.Namespace) -> int:
     check_max_examples(args.max_examples)
     workers = worker_count(args.workers)
     current = baseline.identity(target, args.target)
-    known = _baseline(args.baseline, current)
+    known = _baseline(args.baseline, current, args.against)
     if args.first_failure and args.baseline:
         raise UsageError("--first-failure with --baseline: a tolerated finding would end the search too")
     findings, args.findings = findings_option(args.findings)
@@ -304,7 +304,7 @@ def run(args: argparse.Namespace) -> int:
         )
         report.write(args.junit, junit)
     if args.write_baseline:
-        search = {"profile": args.profile, "seed": args.seed}
+        search = {"profile": args.profile, "seed": args.seed, "against": args.against}
         document = baseline.dump(results, current, search)
         report.write(args.write_baseline, json.dumps(document, indent=2) + "\n")
     if interrupted:
@@ -362,16 +362,20 @@ def _failing_kinds(strict: bool) -> tuple[str, ...]:
     return tuple(kind for kind in (DIVERGENCE, HAZARD, COULD_NOT_TEST) if fails_run(kind, strict=strict))
 
 
-def _baseline(paths: list[str] | None, current: dict):
+def _baseline(paths: list[str] | None, current: dict, against: str | None):
     if not paths:
         return None
     from mmharness import baseline
     from mmharness.jsonfile import JSONFileError
 
     try:
-        return baseline.combined([baseline.load(path, current) for path in paths])
+        known = baseline.combined([baseline.load(path, current) for path in paths])
     except JSONFileError as error:  # unreadable as JSON, or not a usable baseline (BaselineError)
         raise UsageError(f"--baseline {error}") from None
+    problem = baseline.mode_problem(known, against)
+    if problem:
+        raise UsageError(f"--baseline {problem}")
+    return known
 
 
 def _check_in_worker(
