@@ -241,15 +241,19 @@ def as_junit(
     strict: bool = False,
     interrupted: bool = False,
     against: str | None = None,
+    changes: list[dict] | None = None,
 ) -> str:
     """JUnit XML: a testcase per check; divergences fail, could-not-test errs, hazards fail under strict.
-    ``against``: as in ``finding_details``."""
+    ``against``: as in ``finding_details``. ``changes`` (as in ``as_json``): a testcase each, failing
+    under strict as a hazard does."""
     shown = f"{target_spec} against {against}" if against else target_spec
+    changes = list(changes or ())
+    failed = sum(fails_run(r.status, strict=strict) and r.status != COULD_NOT_TEST for r in results)
     suite = ElementTree.Element(
         "testsuite",
         name=f"mmharness[{shown}]",
-        tests=str(len(results)),
-        failures=str(sum(fails_run(r.status, strict=strict) and r.status != COULD_NOT_TEST for r in results)),
+        tests=str(len(results) + len(changes)),
+        failures=str(failed + (len(changes) if strict else 0)),
         errors=str(sum(r.status == COULD_NOT_TEST for r in results)),
         skipped=str(sum(r.status == SKIPPED for r in results)),
     )
@@ -272,6 +276,12 @@ def as_junit(
             ElementTree.SubElement(case, "skipped", message=r.reason)
         elif r.findings:
             ElementTree.SubElement(case, "system-out").text = failure_details(r, target_spec, against=against)
+    for change in changes:
+        name = f"{change['check']}[{change['device']}] known: {change['signature']}"
+        case = ElementTree.SubElement(suite, "testcase", classname="mmharness.baseline", name=name)
+        now = "; ".join(f"{f['kind']}: {f['signature']}" for f in change["now"]) or "passes"
+        text = f"its case now {now}" + (f"; saved to {change['saved']}" if change["saved"] else "")
+        ElementTree.SubElement(case, "failure" if strict else "system-out", message=text).text = text
     return ElementTree.tostring(suite, encoding="unicode")
 
 

@@ -243,7 +243,12 @@ def test_a_known_finding_whose_own_case_no_longer_fails_so_is_a_change_fatal_und
     assert change["signature"] == entry["signature"] and change["now"] == []
     assert f"reproduce with: mmharness replay {change['saved']} --target mutant:chunk_start_off_by_one" in out
     assert run(capsys, "replay", change["saved"])[0] == 0
-    assert run(capsys, *MUTANT, *findings, "--baseline", str(edited), "--strict")[0] == 1
+    junit = tmp_path / "junit.xml"
+    assert (
+        run(capsys, *MUTANT, *findings, "--baseline", str(edited), "--strict", "--junit", str(junit))[0] == 1
+    )
+    assert f'name="chunk.matches_reference[cpu] known: {entry["signature"]}"' in junit.read_text()
+    assert '<failure message="its case now passes' in junit.read_text()
 
     document["entries"][0] = {**json.loads(written.read_text())["entries"][0], "signature": "another way"}
     edited.write_text(json.dumps(document))

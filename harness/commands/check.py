@@ -276,6 +276,7 @@ def run(args: argparse.Namespace) -> int:
     for entry in known.stale(results) if known else ():
         print(f"stale baseline entry (did not reproduce): {entry.check} [{entry.device}] {entry.signature}")
     changes = _changed_known(known, target, results, args) if known and not interrupted else []
+    changed_json = [change.as_json() for change in changes]
     left = untested.report(results, shown)
     if left:
         print(f"\nuntested in {args.target} (what this run did not exercise):")
@@ -295,12 +296,17 @@ def run(args: argparse.Namespace) -> int:
             coverage=figures,
             against=args.against,
             untested=left,
-            changes=[change.as_json() for change in changes],
+            changes=changed_json,
         )
         report.write(args.json, json.dumps(data, indent=2) + "\n")
     if args.junit:
         junit = report.as_junit(
-            results, args.target, strict=args.strict, interrupted=interrupted, against=args.against
+            results,
+            args.target,
+            strict=args.strict,
+            interrupted=interrupted,
+            against=args.against,
+            changes=changed_json,
         )
         report.write(args.junit, junit)
     if args.write_baseline:
