@@ -184,3 +184,31 @@ def test_a_budget_cut_one_token_before_the_next_image_is_the_whole_items_diverge
         run(release(seeded_copy(vllm_release_dir, [NO_WHOLE_ITEMS])), "prefill.whole_items", case, drawn)
     assert not isinstance(failed.value, Hazard)
     assert failed.value.message == "a step cut an item it started, with items scheduled whole"
+
+
+# 0.12-0.31: an input scheduled a second time in the same step (a duplicate) is not registered as held.
+DUPLICATE_UNHELD = (
+    SCHEDULER,
+    "        for input_id in duplicate_input_ids:\n"
+    "            self.encoder_cache_manager.check_and_update_cache(request, input_id)\n",
+    "",
+)
+
+
+def test_an_item_repeated_within_one_step_keeps_its_entry_for_its_later_occurrence(
+    vllm_release_dir, seeded_copy
+):
+    """Request 0 sends the same three-token audio twice back to back and its first step covers the first
+    and part of the second (a duplicate in that step); request 1's image waits for the one-item cache.
+    0.33.0 registers the duplicate as a holder, so the entry stays for the second occurrence's last
+    token. A scheduler that does not (0.12-0.31) drops the only reference once request 0 passes the first
+    occurrence, and request 1's allocation evicts the entry request 0 still needs."""
+    audio = [Item(((s, s), (s + 1, s + 1), (s + 2, s + 2)), hash=0, modality="audio") for s in (0, 3)]
+    case = Case((Request(6, 0, 5, tuple(audio)), Request(3, 0, 2, (image(0, 1, 1),))), hidden=4)
+    drawn = options(drafter=1, cache_size=3)
+    run(release(vllm_release_dir), "prefill.draft_lookahead", case, drawn)
+    with pytest.raises(Hazard) as evicted:
+        run(
+            release(seeded_copy(vllm_release_dir, [DUPLICATE_UNHELD])), "prefill.draft_lookahead", case, drawn
+        )
+    assert evicted.value.signature == EVICTED_HELD
