@@ -390,6 +390,19 @@ def test_item_type_takes_the_fields_of_the_release(tmp_path):
     assert read_schema(tmp_path / "missing.py") is None
 
 
+def test_the_item_class_is_read_whole_whatever_lies_at_column_zero_inside_it(tmp_path):
+    """The class alone is parsed, cut at the next top-level line: a docstring or a bracket at column 0
+    inside it falls back to the whole file, and the class after it is not read into it."""
+    text = ITEM_SOURCE.replace(
+        "    modality: str\n",
+        '    """An item.\n\nA line at column 0.\n    """\n    modality: str\n    shape: list = [\n1, 2\n]\n',
+    )
+    path = tmp_path / "schedule_batch.py"
+    path.write_text(text + "\n\nclass Next:\n    later: int = 0\n")
+    fields = set(read_schema(path).fields)
+    assert {"modality", "shape", "model_specific_data"} <= fields and "later" not in fields
+
+
 def test_strict_maybe_assert_sum():
     import torch
 

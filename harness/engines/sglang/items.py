@@ -48,15 +48,39 @@ def read_schema(path: Path) -> ItemSchema | None:
 
 @lru_cache(maxsize=64)
 def _read_schema(path: Path, mtime_ns: int, size: int) -> ItemSchema | None:
-    """Parsing the file is most of a warm load's time: once per file version and process."""
+    """Parsing the whole file was half a load's time (a module of thousands of lines): the class alone is
+    parsed, cut out at the top-level lines around it, and the whole file only where that does not parse
+    (then a top-level class of that name is the same either way)."""
     try:
-        tree = ast.parse(path.read_bytes(), filename=str(path))
-    except (OSError, SyntaxError, ValueError):
+        source = path.read_bytes().decode("utf-8")
+    except (OSError, UnicodeDecodeError):
         return None
-    for node in tree.body:
-        if isinstance(node, ast.ClassDef) and node.name == ITEM_CLASS:
-            return _schema(node, str(path))
+    for text in (_class_source(source), source):
+        try:
+            tree = ast.parse(text or "", filename=str(path))
+        except (SyntaxError, ValueError):
+            continue
+        for node in tree.body:
+            if isinstance(node, ast.ClassDef) and node.name == ITEM_CLASS:
+                return _schema(node, str(path))
     return None
+
+
+def _class_source(source: str) -> str | None:
+    """The lines of ``class MultimodalDataItem`` up to the next top-level statement; ``None`` if absent."""
+    lines = source.splitlines(keepends=True)
+    start = next((n for n, line in enumerate(lines) if line.startswith(f"class {ITEM_CLASS}")), None)
+    if start is None:
+        return None
+    end = next(
+        (
+            n
+            for n in range(start + 1, len(lines))
+            if lines[n][:1] not in ("", " ", "\t", "\n", "\r", "#", ")", "]", "}")
+        ),
+        len(lines),
+    )
+    return "".join(lines[start:end])
 
 
 def _schema(node: ast.ClassDef, origin: str) -> ItemSchema:
