@@ -134,3 +134,25 @@ def test_fuzz_rates_run_each_fuzzer_in_a_scratch_dir_it_removes(monkeypatch):
     assert {f.value for f in measured.values()} == {1234}
     (skipped,) = (f for f in figures if f.note)
     assert skipped.name == "fuzz vllm-mm-kwargs" and skipped.note.startswith("skipped: a vllm fuzz target")
+
+
+def test_the_atlas_is_timed_after_each_release_was_loaded_once(monkeypatch):
+    """A release's first load compiles its engine files into the cache, a one-time cost that is not the
+    atlas's: every cached release is loaded before the matrix is timed, and only the matrix is."""
+    import subprocess
+    import sys
+
+    from mmharness.targets import releases
+
+    ran = []
+    monkeypatch.setattr(releases, "cached", lambda engine: ["sglang==0.5.22", "sglang==0.5.23"])
+    monkeypatch.setattr(bench, "_seconds", lambda command: ran.append(command) or 7.0)
+    (figure,) = bench.atlas_time("sglang==0.5.23", 2)
+    assert figure.value == 7.0 and figure.name == "atlas over 2 cached releases, 2 workers"
+    warm, timed = ran
+    assert warm[1:] == ["-c", bench._LOAD_EACH, "sglang==0.5.22", "sglang==0.5.23"]
+    assert timed[3:] == ["matrix", "-n", "2", "--target", "sglang==0.5.22", "--target", "sglang==0.5.23"]
+    loaded = subprocess.run(
+        [sys.executable, "-c", bench._LOAD_EACH, "reference", "no/such/fork"], check=False
+    )
+    assert loaded.returncode == 0, "a release that does not load is the matrix's to report"
