@@ -515,6 +515,28 @@ def not_run(check: Check, target: Target, other: Target, spec: str, device: str)
     return theirs
 
 
+def replay_case(
+    check: Check,
+    target: Target,
+    example: Any,
+    *,
+    other: Target | None = None,
+    other_spec: str = "",
+    deadline: float | None = None,
+) -> Result:
+    """One saved case run once (``runner.replay``), on ``target`` alone or, with ``other``, against it as
+    ``check --against`` ran it: what ``replay`` and a baseline's known cases (``baseline.recheck``) do."""
+    from mmharness.runner import replay
+
+    if other is not None:
+        device = "cuda" if "cuda" in example[0].devices else "cpu"  # as ``runner.replay`` picks it
+        unrunnable = not_run(check, target, other, other_spec, device)
+        if unrunnable is not None:
+            return unrunnable
+        check = against(check, other)
+    return replay(check, target, example, deadline=deadline)
+
+
 def change_of(signature: str) -> str | None:
     """The kind of change a finding's signature names (``None``: not a change)."""
     if signature.startswith("regression: "):

@@ -421,14 +421,23 @@ def _entry(path: str, where: str, e: dict) -> Entry:
     return Entry(e["check"], e["device"], e["signature"], e.get("kind", ""), e.get("case_hash"), example)
 
 
-def recheck(known: Baseline, target: Target, results: Iterable[Result]) -> list[Change]:
+def recheck(
+    known: Baseline,
+    target: Target,
+    results: Iterable[Result],
+    *,
+    other: Target | None = None,
+    other_spec: str = "",
+) -> list[Change]:
     """Replay each known case of a check that ran; the ones that no longer fail as recorded.
 
     Exact where the search is not: the case is fixed, and a target loading the same files fails on it
     the same way every time, so a change means the code changed there. A case that did not finish in
-    time is left out (timing is not exact), and so is an entry whose check the replay cannot run."""
+    time is left out (timing is not exact), and so is an entry whose check the replay cannot run.
+    ``other``: the run's ``--against`` target, each case run against it as the search did."""
+    from mmharness.against import replay_case
+    from mmharness.checks import all_checks
     from mmharness.deadline import SIGNATURE as DID_NOT_FINISH
-    from mmharness.runner import replay
 
     ran = {(r.check.id, r.device): r for r in results if r.status != SKIPPED and not r.interrupted}
     changes = []
@@ -438,7 +447,10 @@ def recheck(known: Baseline, target: Target, results: Iterable[Result]) -> list[
         result = ran.get((entry.check, entry.device))
         if entry.example is None or result is None or entry.signature == DID_NOT_FINISH:
             continue
-        now = replay(result.check, target, entry.example, deadline=result.deadline)
+        check = all_checks()[entry.check]  # as registered: a worker's result may carry it compared or not
+        now = replay_case(
+            check, target, entry.example, other=other, other_spec=other_spec, deadline=result.deadline
+        )
         if now.status != SKIPPED and all(f.signature != entry.signature for f in now.findings):
             changes.append(Change(entry, now))
     return changes

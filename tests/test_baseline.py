@@ -303,6 +303,15 @@ def test_a_baseline_serves_only_runs_of_its_own_mode_with_or_without_against(cap
     run(capsys, *MUTANT, *against, "--findings", str(tmp_path / "f"), "--write-baseline", str(compared))
     assert json.loads(compared.read_text())["search"]["against"] == "reference"
     assert run(capsys, *MUTANT, *against, "--baseline", str(compared), "--strict")[0] == 0
+    both = [*MUTANT[:-1], "chunk.matches_reference,prefill.matches_reference", *against, "-n", "2"]
+    workers = tmp_path / "workers.json"
+    run(capsys, *both, "--findings", str(tmp_path / "f"), "--write-baseline", str(workers))
+    code, out, _ = run(
+        capsys, *both, "--findings", str(tmp_path / "f"), "--baseline", str(workers), "--strict"
+    )
+    assert code == 0 and "changed" not in out, (
+        "in workers too, the cases are replayed against the same target"
+    )
     code, _, err = run(capsys, *MUTANT, *against, "--baseline", str(plain))
     assert code == 2 and "written without --against and this run compares against reference" in err
     code, _, err = run(capsys, *MUTANT, "--baseline", str(compared))

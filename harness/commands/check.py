@@ -275,7 +275,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"note: {deeper}")
     for entry in known.stale(results) if known else ():
         print(f"stale baseline entry (did not reproduce): {entry.check} [{entry.device}] {entry.signature}")
-    changes = _changed_known(known, target, results, args) if known and not interrupted else []
+    changes = _changed_known(known, target, other, results, args) if known and not interrupted else []
     changed_json = [change.as_json() for change in changes]
     left = untested.report(results, shown)
     if left:
@@ -321,12 +321,12 @@ def run(args: argparse.Namespace) -> int:
     return exit_code([f.kind for r in results for f in _untolerated(r, known)] + changed, strict=args.strict)
 
 
-def _changed_known(known, target, results, args) -> list:
-    """The baseline's known findings whose own case no longer fails as recorded (``baseline.recheck``),
-    each shown with its case saved and the line replaying it."""
+def _changed_known(known, target, other, results, args) -> list:
+    """The baseline's known findings whose own case no longer fails as recorded (``baseline.recheck``;
+    against ``other`` where the run was), each shown with its case saved and the line replaying it."""
     from mmharness import baseline, report
 
-    changes = baseline.recheck(known, target, results)
+    changes = baseline.recheck(known, target, results, other=other, other_spec=args.against or "")
     if changes:
         print(
             f"\n{len(changes)} known finding(s) changed: the baseline's own case no longer fails as recorded"
@@ -341,7 +341,7 @@ def _changed_known(known, target, results, args) -> list:
         )
         print(f"  {entry.check} [{entry.device}] {entry.signature}: {change.shown()}")
         print(f"    saved to: {change.saved}")
-        print(f"    reproduce with: {report.replay_command(change.saved, args.target)}")
+        print(f"    reproduce with: {report.replay_command(change.saved, args.target, against=args.against)}")
     return changes
 
 

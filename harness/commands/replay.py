@@ -142,17 +142,11 @@ def _replay_in_worker(
     deadline: float | None = None,
     against_spec: str | None = None,
 ):
+    from mmharness.against import replay_case
     from mmharness.checks import all_checks
-    from mmharness.runner import replay
 
     check, target = all_checks()[check_id], loaded_target(spec)
-    if against_spec is not None:
-        from mmharness import against
-
-        other = loaded_target(against_spec)
-        device = "cuda" if "cuda" in case.devices else "cpu"  # as ``replay`` picks it
-        unrunnable = against.not_run(check, target, other, against_spec, device)
-        if unrunnable is not None:
-            return unrunnable
-        check = against.against(check, other)
-    return replay(check, target, (case, params), deadline=deadline)
+    other = None if against_spec is None else loaded_target(against_spec)
+    return replay_case(
+        check, target, (case, params), other=other, other_spec=against_spec or "", deadline=deadline
+    )
