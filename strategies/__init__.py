@@ -11,13 +11,14 @@ from mmharness.strategies._internal.grids import grid_cases, grid_items, grids
 from mmharness.strategies._internal.malformed import MALFORMED_KINDS, malformed_cases
 from mmharness.strategies._internal.programs import prefill_programs
 from mmharness.strategies._internal.requests import requests
-from mmharness.strategies._internal.schedules import run_options, schedules
+from mmharness.strategies._internal.schedules import eviction_runs, run_options, schedules
 from mmharness.strategies._internal.spans import spans
 
 __all__ = [
     "COVERAGES",
     "MALFORMED_KINDS",
     "cases",
+    "eviction_runs",
     "grid_cases",
     "grid_items",
     "grids",

@@ -35,11 +35,16 @@ from mmharness.targets.base import DRAFT_LOOKAHEAD, UNLIMITED_CACHE, WHOLE_ITEMS
 
 
 def _option_cases(device: str, *, whole: int | None = None, drafter: int | None = None):
+    """Random batches under drawn options, and an eighth of batches whose encoder calls show the cache's
+    eviction order (``eviction_runs``), which random ones almost never do."""
+    from hypothesis import strategies as st
     from mmharness import strategies as mst
 
-    return mst.cases(collisions=True, device=device).flatmap(
+    drawn = mst.cases(collisions=True, device=device).flatmap(
         lambda case: mst.run_options(case, whole=whole, drafter=drafter).map(lambda options: (case, options))
     )
+    ordered = mst.eviction_runs(device=device, whole=whole, drafter=drafter)
+    return st.sampled_from(range(8)).flatmap(lambda k: ordered if k == 7 else drawn)
 
 
 def _path(target: Target, params: dict) -> str:

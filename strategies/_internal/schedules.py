@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from hypothesis import strategies as st
 from hypothesis.errors import InvalidArgument
 from hypothesis.strategies import DrawFn, SearchStrategy
-from mmharness.model import Case
+from mmharness.model import Case, Item, Request
 from mmharness.strategies._internal.choices import integer, pick
 from mmharness.strategies._internal.validation import check_int
 
@@ -79,6 +79,44 @@ def _run_options(draw: DrawFn, case: Case, whole: int | None, drafter: int | Non
     options["whole"] = integer(draw, 0, 1) if whole is None else whole
     options["drafter"] = integer(draw, 0, 1) if drafter is None else drafter
     return options
+
+
+@st.composite
+def _eviction_runs(
+    draw: DrawFn, device: str, whole: int | None, drafter: int | None
+) -> tuple[Case, dict[str, int]]:
+    size, distinct = integer(draw, 1, 3), integer(draw, 3, 4)
+    again = distinct - 2 - integer(draw, 0, distinct - 2)  # shrinks toward the entry freed last
+    length = size + 1  # the item, then a text token: the request passes the item's end in its step
+    item = [Item(((0, size - 1),), hash=h) for h in (*range(distinct), again)]
+    case = Case(tuple(Request(length, 0, length, (i,)) for i in item), device=device)
+    options = {
+        "cache_size": (distinct - 1) * size,
+        "encoder_budget": 0,
+        "token_budget": length,
+        "other_path": integer(draw, 0, 1),
+        "whole": integer(draw, 0, 1) if whole is None else whole,
+        "drafter": integer(draw, 0, 1) if drafter is None else drafter,
+    }
+    return case, options
+
+
+def eviction_runs(
+    *, device: str = "cpu", whole: int | None = None, drafter: int | None = None
+) -> SearchStrategy[tuple[Case, dict[str, int]]]:
+    """Batches whose encoder calls show the cache's eviction order, with their run options.
+
+    One request per distinct item (3 or 4 of one size), one step each (the token
+    budget is a request's length), on a cache with room for all but one: the last
+    distinct item evicts one free entry, and a last request wants an earlier item
+    again. Which entry went decides whether it is encoded again: a cache evicting its
+    oldest free entry first (vLLM's documented policy) keeps the one freed last, which
+    the draw shrinks toward. Random batches almost never line up so.
+    """
+    for name, value in (("whole", whole), ("drafter", drafter)):
+        if value is not None:
+            check_int(name, value, min_value=0)
+    return _eviction_runs(device, whole, drafter)
 
 
 def run_options(
