@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from hypothesis.errors import InvalidArgument
 from mmharness import strategies as mst
 from mmharness.checks import all_checks
 from mmharness.checks.outcome import DIVERGENCE, Hazard
@@ -107,6 +108,36 @@ EVICTION = {
 }
 
 
+@given(st.data())
+def test_eviction_runs_line_up_one_eviction_then_a_request_for_an_earlier_item(data):
+    case, options = data.draw(mst.eviction_runs(drafter=1))
+    *distinct, again = [request.items[0] for request in case.requests]
+    assert len({i.hash for i in distinct}) == len(distinct) in (3, 4) and again.hash < len(distinct) - 1
+    assert len({i.token_count for i in (*distinct, again)}) == 1 and options["drafter"] == 1
+    size = again.token_count
+    assert options["cache_size"] == (len(distinct) - 1) * size and options["token_budget"] == size + 1
+    assert sorted(options) == sorted(RUN_OPTIONS)
+    with pytest.raises(InvalidArgument):
+        mst.eviction_runs(whole=-1)
+
+
+LIFO = (
+    "v1/core/encoder_cache_manager.py",
+    "mm_hash, num_free_embeds = self.freeable.popitem(last=False)",
+    "mm_hash, num_free_embeds = self.freeable.popitem(last=True)",
+)
+REENCODED = "re-encoded an item a cache evicting its oldest free entries would hold"
+
+
+@pytest.mark.network
+@pytest.mark.parametrize("check_id", ["prefill.whole_items", "prefill.draft_lookahead"])
+def test_the_ci_profile_draws_an_eviction_order_that_shows(release_dir, seeded_copy, check_id):
+    """A cache evicting its newest free entry is found by each option check's own draws, not only by the
+    hand-made case below (random batches almost never line up so: ``eviction_runs``)."""
+    result = run_check(CHECKS[check_id], seeded(release_dir, seeded_copy, [LIFO]), shrink=False)
+    assert REENCODED in [f.signature for f in result.findings]
+
+
 @pytest.mark.network
 def test_eviction_of_the_newest_free_entry_shows_in_encoder_calls(release_dir, seeded_copy):
     """Evicting B (freed last) instead of A (freed first) for C re-encodes B: a hazard, 0.33.0 none."""
@@ -115,20 +146,10 @@ def test_eviction_of_the_newest_free_entry_shows_in_encoder_calls(release_dir, s
     check = CHECKS["prefill.whole_items"]
     release = adapter.from_path(str(release_dir), name="release", release=RELEASE)
     check.property(release, three_items_one_back(), EVICTION)  # evicts A, the oldest free entry: passes
-    mutant = seeded(
-        release_dir,
-        seeded_copy,
-        [
-            (
-                "v1/core/encoder_cache_manager.py",
-                "mm_hash, num_free_embeds = self.freeable.popitem(last=False)",
-                "mm_hash, num_free_embeds = self.freeable.popitem(last=True)",
-            )
-        ],
-    )
+    mutant = seeded(release_dir, seeded_copy, [LIFO])
     with pytest.raises(Hazard) as raised:
         check.property(mutant, three_items_one_back(), EVICTION)
-    assert raised.value.signature == "re-encoded an item a cache evicting its oldest free entries would hold"
+    assert raised.value.signature == REENCODED
 
 
 def done_inside_an_item_beside_a_larger_need() -> Case:
