@@ -421,7 +421,7 @@ def compare(check: Check, target: Target, other: Target, case: Any, params: dict
             f"against {other.name}: {f.message}",
             expected=f.expected,
             actual=f.actual,
-            signature=f"against: {f.signature}",
+            signature=f"{OTHER_GAP}{f.signature}",
         )
     if mine.signature != theirs.signature:
         if mine.failure is not None and (
@@ -535,6 +535,15 @@ def replay_case(
             return unrunnable
         check = against(check, other)
     return replay(check, target, example, deadline=deadline)
+
+
+OTHER_GAP = "against: "
+"""How a comparison signs the other target's could-not-test."""
+
+
+def compared(signature: str) -> bool:
+    """Whether a finding's signature is one a run with ``--against`` gives (a change, or the other's gap)."""
+    return change_of(signature) is not None or signature.startswith(OTHER_GAP)
 
 
 def change_of(signature: str) -> str | None:

@@ -95,6 +95,7 @@ class Change:
             "signature": self.entry.signature,
             "kind": self.entry.kind,
             "now": [{"kind": f.kind, "signature": f.signature} for f in self.now.findings],
+            "shown": self.shown(),
             "saved": self.saved,
         }
 
@@ -340,14 +341,14 @@ def load(path: str, current: dict) -> Baseline:
 def _compared(recorded: dict, entries: list[Entry]) -> bool | None:
     """Whether a baseline's run compared with ``--against``: as it recorded (``against``, in a report and
     in a baseline's ``search``), else from its signatures (a baseline from before it was recorded)."""
-    from mmharness.against import change_of
+    from mmharness import against
 
     if "against" in recorded:
         return recorded["against"] is not None
     signatures = [e.signature for e in entries if e.signature]
     if not signatures:
         return None
-    return any(change_of(s) is not None or s.startswith("against: ") for s in signatures)
+    return any(against.compared(s) for s in signatures)
 
 
 def combined(baselines: list[Baseline]) -> Baseline:
@@ -440,6 +441,7 @@ def recheck(
     from mmharness.deadline import SIGNATURE as DID_NOT_FINISH
 
     ran = {(r.check.id, r.device): r for r in results if r.status != SKIPPED and not r.interrupted}
+    registered = all_checks()  # a worker's result may carry its check compared or not
     changes = []
     for entry in sorted(
         known.entries, key=lambda e: (e.check, e.device, e.signature or "", e.case_hash or "")
@@ -447,7 +449,7 @@ def recheck(
         result = ran.get((entry.check, entry.device))
         if entry.example is None or result is None or entry.signature == DID_NOT_FINISH:
             continue
-        check = all_checks()[entry.check]  # as registered: a worker's result may carry it compared or not
+        check = registered[entry.check]
         now = replay_case(
             check, target, entry.example, other=other, other_spec=other_spec, deadline=result.deadline
         )

@@ -279,8 +279,7 @@ def as_junit(
     for change in changes:
         name = f"{change['check']}[{change['device']}] known: {change['signature']}"
         case = ElementTree.SubElement(suite, "testcase", classname="mmharness.baseline", name=name)
-        now = "; ".join(f"{f['kind']}: {f['signature']}" for f in change["now"]) or "passes"
-        text = f"its case now {now}" + (f"; saved to {change['saved']}" if change["saved"] else "")
+        text = change["shown"] + (f"; saved to {change['saved']}" if change["saved"] else "")
         ElementTree.SubElement(case, "failure" if strict else "system-out", message=text).text = text
     return ElementTree.tostring(suite, encoding="unicode")
 

@@ -117,8 +117,9 @@ def test_eviction_runs_line_up_one_eviction_then_a_request_for_an_earlier_item(d
     size = again.token_count
     assert options["cache_size"] == (len(distinct) - 1) * size and options["token_budget"] == size + 1
     assert sorted(options) == sorted(RUN_OPTIONS)
-    with pytest.raises(InvalidArgument):
-        mst.eviction_runs(whole=-1)
+    for bad in ({"whole": -1}, {"device": "tpu"}):
+        with pytest.raises(InvalidArgument):
+            mst.eviction_runs(**bad)
 
 
 LIFO = (

@@ -13,9 +13,9 @@ from collections.abc import Sequence
 from hypothesis import strategies as st
 from hypothesis.errors import InvalidArgument
 from hypothesis.strategies import DrawFn, SearchStrategy
-from mmharness.model import Case, Item, Request
+from mmharness.model import DEVICES, Case, Item, Request
 from mmharness.strategies._internal.choices import integer, pick
-from mmharness.strategies._internal.validation import check_int
+from mmharness.strategies._internal.validation import check_choice, check_int
 
 
 @st.composite
@@ -76,8 +76,7 @@ def _run_options(draw: DrawFn, case: Case, whole: int | None, drafter: int | Non
         # the encoder budget the same) under the drawn token budget: a request stopped inside an item (at
         # its window's end or the budget's) keeps its entry while another needs the room.
         options.update(cache_size=largest, encoder_budget=0)
-    options["whole"] = integer(draw, 0, 1) if whole is None else whole
-    options["drafter"] = integer(draw, 0, 1) if drafter is None else drafter
+    options.update(_switches(draw, whole, drafter))
     return options
 
 
@@ -95,10 +94,23 @@ def _eviction_runs(
         "encoder_budget": 0,
         "token_budget": length,
         "other_path": integer(draw, 0, 1),
+        **_switches(draw, whole, drafter),
+    }
+    return case, options
+
+
+def _switches(draw: DrawFn, whole: int | None, drafter: int | None) -> dict[str, int]:
+    """The two engine options (items whole, a drafter), each drawn unless given."""
+    return {
         "whole": integer(draw, 0, 1) if whole is None else whole,
         "drafter": integer(draw, 0, 1) if drafter is None else drafter,
     }
-    return case, options
+
+
+def _check_switches(whole: int | None, drafter: int | None) -> None:
+    for name, value in (("whole", whole), ("drafter", drafter)):
+        if value is not None:
+            check_int(name, value, min_value=0)
 
 
 def eviction_runs(
@@ -113,9 +125,8 @@ def eviction_runs(
     oldest free entry first (vLLM's documented policy) keeps the one freed last, which
     the draw shrinks toward. Random batches almost never line up so.
     """
-    for name, value in (("whole", whole), ("drafter", drafter)):
-        if value is not None:
-            check_int(name, value, min_value=0)
+    check_choice("device", device, DEVICES)
+    _check_switches(whole, drafter)
     return _eviction_runs(device, whole, drafter)
 
 
@@ -136,7 +147,5 @@ def run_options(
     scheduled whole) and ``drafter`` (a drafter reading one token ahead) are drawn unless given.
     0 is each option's default, so examples shrink toward a plain run.
     """
-    for name, value in (("whole", whole), ("drafter", drafter)):
-        if value is not None:
-            check_int(name, value, min_value=0)
+    _check_switches(whole, drafter)
     return _run_options(case, whole, drafter)
