@@ -38,7 +38,16 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from mmharness.checks.common import unreceived
-from mmharness.checks.outcome import DIVERGENCE, HAZARD, CouldNotTest, Failure, Hazard, template, unfinished
+from mmharness.checks.outcome import (
+    DIVERGENCE,
+    HAZARD,
+    Compared,
+    CouldNotTest,
+    Failure,
+    Hazard,
+    template,
+    unfinished,
+)
 from mmharness.deadline import DidNotFinish, Unfinished
 from mmharness.model import Case
 from mmharness.targets.base import Encoder
@@ -464,23 +473,37 @@ def _fix(mine: Side, theirs: Side) -> None:
 
 
 def _judged(kind: type[Failure], change: str, how: str, failed: Failure, mine: Side, theirs: Side) -> None:
-    """Raise the change as ``kind``: its signature the failing side's, prefixed with the change."""
-    raise kind(
-        f"{change}: {how}: {failed.kind} {failed.message}",
-        expected=theirs.shown(),
-        actual=mine.shown(),
-        signature=f"{change}: {failed.signature}",
+    """Raise the change as ``kind``: its class the change and the failing side's signature."""
+    raise _change(
+        kind(
+            f"{change}: {how}: {failed.kind} {failed.message}",
+            expected=theirs.shown(),
+            actual=mine.shown(),
+            signature=f"{change}: {failed.signature}",
+        ),
+        Compared(change, basis=failed.signature),
     )
 
 
 def _neutral(difference: Difference, mine: Side, theirs: Side) -> None:
     both = "both follow the rule" if mine.failure is None else "both fail the same way"
-    raise Hazard(
-        f"neutral change ({difference.observable}): {both}; {difference.where} differs",
-        expected=f"{theirs.target.name}: {difference.theirs}",
-        actual=f"{mine.target.name}: {difference.mine}",
-        signature=f"neutral change ({difference.observable}): {template(_no_position(difference.where))}",
+    where = template(_no_position(difference.where))
+    raise _change(
+        Hazard(
+            f"neutral change ({difference.observable}): {both}; {difference.where} differs",
+            expected=f"{theirs.target.name}: {difference.theirs}",
+            actual=f"{mine.target.name}: {difference.mine}",
+            signature=f"neutral change ({difference.observable}): {where}",
+        ),
+        Compared(NEUTRAL, difference.observable, where),
     )
+
+
+def _change(failure: Failure, compared: Compared) -> Failure:
+    """``failure`` marked as the change ``compared`` (records and reports read the change from there;
+    the signature keeps each class apart for the search and names it in baselines)."""
+    failure.compared = compared
+    return failure
 
 
 def _no_position(where: str) -> str:

@@ -318,7 +318,7 @@ def ranking_lines(nearest: Nearest) -> list[str]:
 
 def change_lines(nearest: Nearest) -> list[str]:
     """What the ranking means: the identical candidates, the nearest, and its changes (each shrunk)."""
-    from mmharness import report
+    from mmharness.views import console
 
     lines = []
     identical = nearest.identical
@@ -342,7 +342,7 @@ def change_lines(nearest: Nearest) -> list[str]:
     for result in nearest.changes:
         for finding in result.findings:
             if change_of(finding.signature) is not None:
-                lines += ["", report.finding_details(result, finding, nearest.target, against=chosen.spec)]
+                lines += ["", console.finding_details(result, finding, nearest.target, against=chosen.spec)]
     return lines
 
 

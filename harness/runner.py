@@ -254,6 +254,7 @@ def run_check(
     stop_at: Collection[str] = (),
     explicit: Sequence[Example] = (),
     shrink: bool = True,
+    on_found: Callable[[Failure], None] | None = None,
 ) -> Result:
     """Run one check until its example budget is spent, keeping every distinct failure (shrunk).
 
@@ -270,6 +271,7 @@ def run_check(
     finding is kept as found, with its choice sequence (``Finding.choices``) for ``shrink_found``; a
     round then ends at its first new failure, so the same budget draws other cases than a shrinking
     search's. ``matrix`` searches so, then shrinks each class once, on the first target that found it.
+    ``on_found``: told each way of failing as first met, before it is shrunk (the ledger's ``Found``).
     """
     seconds = deadline_for(profile, device, deadline)
     unrunnable = not_run(check, target, device)
@@ -294,6 +296,7 @@ def run_check(
         seconds,
         shrink=shrink and not stop_at,
         explicit=tuple(explicit),
+        on_found=on_found,
     )
     search.keep_choices = not shrink and not stop_at
     round_seed = check_seed(check, seed) if fixed else None
@@ -465,6 +468,8 @@ class _Search:
     shrink later: the search does not shrink, but it searches on (not ``stop_at``)."""
     reuse_only: bool = False
     """Draw nothing: replay the database's choice sequences and shrink those that fail (``shrink_found``)."""
+    on_found: Callable[[Failure], None] | None = None
+    """Told each way of failing as first met (``run_check``)."""
     spent: int = 0
     cases: int = 0
     findings: dict[str, Finding] = field(default_factory=dict)
@@ -548,6 +553,8 @@ class _Search:
             if failure.signature in known:  # only a case that did not finish comes back known
                 self._hung(failure)
                 return
+            if failure.signature not in first_example and self.on_found is not None:
+                self.on_found(failure)
             first_seen.setdefault(failure.signature, calls)
             first_example.setdefault(failure.signature, (failure, failure.example))
             if failure.signature == DID_NOT_FINISH:

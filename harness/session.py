@@ -31,7 +31,8 @@ class Session:
     a check it cannot run is skipped, naming it. ``stop_at``: finding kinds that end a check's
     search at once, unshrunk (``run_check``): whether it fails, not how (``mmharness.nearest``).
     ``shrink`` False: findings are kept as found, each with its choice sequence, for ``shrink`` to
-    shrink later (``matrix`` shrinks each class once, on the first target that found it).
+    shrink later (``matrix`` shrinks each class once, on the first target that found it). ``ledger``:
+    where each way of failing is recorded as first met (``records.Found``), from whichever process.
     """
 
     target: Target
@@ -47,6 +48,7 @@ class Session:
     against_spec: str | None = None
     stop_at: Collection[str] = ()
     shrink: bool = True
+    ledger: Path | None = None
 
     def run(
         self, check: Check, device: str = "cpu", *, on_example: Callable[[int], None] | None = None
@@ -70,8 +72,24 @@ class Session:
             explicit=self.regressions.get(check.id, ()),
             stop_at=self.stop_at,
             shrink=self.shrink,
+            on_found=self._recorder(check, device),
         )
         return replace(result, target_notes=tuple(self.target.notes()))
+
+    def _recorder(self, check: Check, device: str) -> Callable[[Any], None] | None:
+        """What appends a way of failing to the ledger as first met (``None``: no ledger)."""
+        if self.ledger is None:
+            return None
+        from mmharness import ledger, records
+
+        path = self.ledger
+
+        def found(failure: Any) -> None:
+            case = records.case_document(failure.example)
+            first = records.Found(check.id, device, failure.kind, failure.signature, failure.message, case)
+            ledger.append(path, first)
+
+        return found
 
     def shrink_found(
         self, check: Check, signature: str, choices: bytes, known: Collection[str] = (), device: str = "cpu"

@@ -378,9 +378,17 @@ def test_workers_give_the_serial_run_its_results_findings_and_replays(capsys, tm
     assert serial[0] == parallel[0] == 1
     assert serial[1]["results"] == parallel[1]["results"]
     assert serial[2] == parallel[2] and serial[2]
-    files = [str(p) for p in sorted((tmp_path / "parallel").iterdir())]
+    files = [str(p) for p in sorted((tmp_path / "parallel").glob("*.json"))]
     code, out, _ = run(capsys, "replay", "-n", "auto", *files)
     assert code == 1 and out.count("--- DIVERGENCE") == len(files)
+
+    def recorded(where: str) -> list[dict]:  # first sightings come from the workers, in their own order
+        lines = (tmp_path / where / "ledger.ndjson").read_text().replace(str(tmp_path / where), "DIR")
+        return [r for r in map(json.loads, lines.splitlines()) if r["record"] != "found"]
+
+    assert recorded("serial") == recorded("parallel"), "one executor: the same records in or out of process"
+    code, out, _ = run(capsys, "replay", str(tmp_path / "parallel" / "ledger.ndjson"))
+    assert code == 1 and out.count("--- DIVERGENCE") == len(files), "the ledger replays what was saved"
 
 
 @pytest.mark.parametrize(
