@@ -22,8 +22,10 @@ if TYPE_CHECKING:
 
 FORMAT = "mmharness.ledger/1"
 
-REGRESSION, FIX, NEUTRAL = "regression", "fix", "neutral"
-"""The kinds of change a comparison (``--against``) finds."""
+REGRESSION, FIX, NEUTRAL, INHERITED, PERMITTED = "regression", "fix", "neutral", "inherited", "permitted"
+CHANGES = (REGRESSION, FIX, NEUTRAL, INHERITED, PERMITTED)
+"""The kinds of change a comparison (``--against``) finds, in the order a report names them: only a
+regression fails the run (``mmharness.against`` says what each means)."""
 
 UNFINISHED, NOT_STARTED = "unfinished", "not started"
 """A check a run stopped part-way, and one it never began."""
@@ -110,9 +112,9 @@ class CouldNotTest(Finding):
 @dataclass(frozen=True)
 class Comparison(Finding):
     """A difference between the target and the one it is compared with (``--against``), judged by the
-    rules: a regression counts as a divergence, a fix or a neutral change as a hazard. ``basis``: the
-    failing side's own signature (a regression's or fix's), or the differing call (a neutral change's);
-    ``observable``: what differs (rows, refusal, calls, ...)."""
+    rules: a regression counts as a divergence, any other change as a hazard. ``basis``: the failing
+    side's own signature, or the differing call (a neutral change's); ``observable``: what differs
+    (rows, refusal, calls, ...), for a neutral change."""
 
     KIND: ClassVar[str] = "comparison"
     change: str = NEUTRAL

@@ -407,8 +407,10 @@ def _print_header(plan, args) -> None:
     for note in [*plan.target.notes(), *(f"baseline {note}" for note in baseline_notes)]:
         print(f"  note: {note}")
     if plan.other is not None:
+        from mmharness.against import path_note
+
         _print_target("against", plan.other, plan.against)
-        for note in plan.other.notes():
+        for note in [*plan.other.notes(), *filter(None, [path_note(plan.target, plan.other, plan.against)])]:
             print(f"  note: {note}")
         print("  each difference is a change: regression (fails the run), fix, neutral (fail under --strict)")
     print(flush=True)
