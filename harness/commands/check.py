@@ -33,73 +33,69 @@ def add_parser(sub) -> None:
         epilog=EXIT_CODES,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    check.add_argument(
+    _what_runs(check)
+    _how_it_searches(check)
+    _what_it_writes(check)
+    _what_fails_it(check)
+
+
+def _what_runs(check: argparse.ArgumentParser) -> None:
+    """The target, what it is compared with, the checks and devices."""
+    group = check.add_argument_group("what runs")
+    group.add_argument(
         "--target",
         default="reference",
         help="reference, mutant:NAME, an engine release (ENGINE or ENGINE==X), a path (a tree holding the"
         " engine's package or one rules file), or module:attr (your adapter); `mmharness targets` lists"
         " every form; default: reference",
     )
-    engine_option(check)
-    env_option(check)
-    check.add_argument(
+    engine_option(group)
+    env_option(group)
+    group.add_argument(
         "--against",
         metavar="SPEC",
         help="a known-good target (any --target form: an engine release, a path) every case also runs"
-        " on: each difference is a change, judged by the rules: a regression (fails the run), a fix or a"
-        " neutral change (shown; fail under --strict)",
+        " on, on the paths both have: each difference is a change judged by the rules: a regression"
+        " (fails the run), inherited, permitted, a fix or neutral (shown; fail under --strict)",
     )
-    check.add_argument(
-        "--checks",
-        action="append",
-        metavar="IDS",
-        help="comma-separated check ids, families, rules (R1..R6) or id prefixes; repeatable",
-    )
-    check.add_argument("--device", choices=("cpu", "cuda", "all"), default="cpu")
-    check.add_argument(
-        "--profile",
-        choices=("ci", "dev", "deep"),
-        default="ci",
-        help="examples per check: ci 100 from seeds fixed per check (default), dev 300 and deep 3000 random",
-    )
-    check.add_argument("--max-examples", type=int, metavar="N", help="examples per check (1 to 1000000)")
-    check.add_argument(
-        "--seed", type=int, metavar="N", help="other fixed seeds: the same cases every run, not the ci ones"
-    )
-    check.add_argument("--deadline", type=seconds, metavar="S", help=DEADLINE_HELP)
-    check.add_argument("--junit", metavar="FILE", help="write a JUnit XML report")
-    check.add_argument("--json", metavar="FILE", help="write a JSON report")
-    check.add_argument(
-        "--baseline",
-        action="append",
-        metavar="FILE",
-        help="known findings to tolerate, by how they failed (a --write-baseline file or a --json report);"
-        " repeat to combine several (e.g. runs under other seeds)",
-    )
-    check.add_argument("--write-baseline", metavar="FILE", help="write this run's findings as a baseline")
-    check.add_argument(
-        "--ledger",
-        metavar="FILE",
-        help="where the run's records go as they happen, one JSON line each (default: ledger.ndjson in the"
-        " findings directory); a ledger without a finished record is a run that did not finish",
-    )
-    check.add_argument(
+    group.add_argument(
         "--allow-lost",
         action="append",
         metavar="CHECKS",
         help="with --against: comma-separated checks that may run on the other target and not on this one"
         " (lost coverage, else exit 3); repeatable",
     )
-    check.add_argument("--strict", action="store_true", help="hazards and could-not-test fail the run too")
-    check.add_argument("--fail-fast", action="store_true", help="stop at the first check that fails the run")
-    check.add_argument(
+    group.add_argument(
+        "--checks",
+        action="append",
+        metavar="IDS",
+        help="comma-separated check ids, families, rules (R1..R6) or id prefixes; repeatable",
+    )
+    group.add_argument("--device", choices=("cpu", "cuda", "all"), default="cpu")
+
+
+def _how_it_searches(check: argparse.ArgumentParser) -> None:
+    """How each check searches, and how the run spreads and stops."""
+    group = check.add_argument_group("how it searches")
+    group.add_argument(
+        "--profile",
+        choices=("ci", "dev", "deep"),
+        default="ci",
+        help="examples per check: ci 100 from seeds fixed per check (default), dev 300 and deep 3000 random",
+    )
+    group.add_argument("--max-examples", type=int, metavar="N", help="examples per check (1 to 1000000)")
+    group.add_argument(
+        "--seed", type=int, metavar="N", help="other fixed seeds: the same cases every run, not the ci ones"
+    )
+    group.add_argument("--deadline", type=seconds, metavar="S", help=DEADLINE_HELP)
+    group.add_argument(
         "--first-failure",
         action="store_true",
         help="each check ends at its first case that fails the run, reported and saved as found, not"
         " shrunk: whether the target fails, fast (not with --baseline, whose tolerated findings would end"
         " a search as well)",
     )
-    check.add_argument(
+    group.add_argument(
         "--no-shrink",
         dest="shrink",
         action="store_false",
@@ -108,36 +104,64 @@ def add_parser(sub) -> None:
         " failure, so it draws other cases than a shrinking run with the same seed: compare it with"
         " baselines written with --no-shrink too)",
     )
-    check.add_argument(
-        "--coverage",
-        action="store_true",
-        help="measure the branch coverage of the target's rule functions (coverage.py, the `coverage` extra):"
-        " a table, the unreached branches with why, and the figures in --json",
-    )
-    check.add_argument(
+    group.add_argument("--fail-fast", action="store_true", help="stop at the first check that fails the run")
+    group.add_argument(
         "-n",
         "--workers",
         default="1",
         metavar="N",
         help="checks run in N processes, or auto: one per core; the same results as one (default 1)",
     )
-    check.add_argument(
+    group.add_argument(
         "--database",
         metavar="SPEC",
         help="where failing examples are kept and replayed first: none, a directory, github:OWNER/REPO,"
         " redis://HOST (default: none for --profile ci, else a directory in the cache)",
     )
-    check.add_argument(
-        "--findings",
-        metavar="DIR",
-        help="where shrunk failing cases are saved (default: ./findings or $MMHARNESS_FINDINGS)",
-    )
-    check.add_argument(
+    group.add_argument(
         "--regressions",
         metavar="DIR",
         help="saved cases (a finding's file, each naming its check) each check runs before it searches:"
         f" committed findings as regression tests; none: no such cases (default: ./{REGRESSIONS} if present)",
     )
+
+
+def _what_it_writes(check: argparse.ArgumentParser) -> None:
+    """The run's outputs besides the console."""
+    group = check.add_argument_group("what it writes")
+    group.add_argument(
+        "--findings",
+        metavar="DIR",
+        help="where shrunk failing cases are saved (default: ./findings or $MMHARNESS_FINDINGS)",
+    )
+    group.add_argument(
+        "--ledger",
+        metavar="FILE",
+        help="where the run's records go as they happen, one JSON line each (default: ledger.ndjson in the"
+        " findings directory); a ledger without a finished record is a run that did not finish",
+    )
+    group.add_argument("--json", metavar="FILE", help="write a JSON report")
+    group.add_argument("--junit", metavar="FILE", help="write a JUnit XML report")
+    group.add_argument(
+        "--coverage",
+        action="store_true",
+        help="measure the branch coverage of the target's rule functions (coverage.py, the `coverage` extra):"
+        " a table, the unreached branches with why, and the figures in --json",
+    )
+
+
+def _what_fails_it(check: argparse.ArgumentParser) -> None:
+    """What counts against the run: baselines of known findings, and --strict."""
+    group = check.add_argument_group("what fails the run")
+    group.add_argument(
+        "--baseline",
+        action="append",
+        metavar="FILE",
+        help="known findings to tolerate, by how they failed (a --write-baseline file or a --json report);"
+        " repeat to combine several (e.g. runs under other seeds)",
+    )
+    group.add_argument("--write-baseline", metavar="FILE", help="write this run's findings as a baseline")
+    group.add_argument("--strict", action="store_true", help="hazards and could-not-test fail the run too")
 
 
 def run(args: argparse.Namespace) -> int:
