@@ -254,6 +254,14 @@ class Baseline:
     """Whether its findings come from a run with ``--against``, which signs them as changes (``None``:
     it cannot tell: no findings). A run tolerates only findings signed its own way (``mode_problem``)."""
 
+    def signatures(self) -> dict[tuple[str, str], frozenset[str]]:
+        """``(check, device)`` -> the signatures known there (an entry of any way of failing left out)."""
+        known: dict[tuple[str, str], set[str]] = {}
+        for e in self.entries:
+            if e.signature is not None:
+                known.setdefault((e.check, e.device), set()).add(e.signature)
+        return {unit: frozenset(signatures) for unit, signatures in known.items()}
+
     def knows(self, check: str, device: str, signature: str) -> bool:
         """Whether a finding of ``check`` on ``device`` failing as ``signature`` is a known one."""
         return any(

@@ -33,6 +33,9 @@ class Session:
     ``shrink`` False: findings are kept as found, each with its choice sequence, for ``shrink`` to
     shrink later (``matrix`` shrinks each class once, on the first target that found it). ``ledger``:
     where each way of failing is recorded as first met (``records.Found``), from whichever process.
+    ``shrink_seconds``: with ``stop_at``, the first failure is shrunk for that long at most
+    (``--fail-fast``); ``tolerated``: per ``(check id, device)``, a baseline's signatures, which do not
+    end such a search.
     """
 
     target: Target
@@ -49,6 +52,8 @@ class Session:
     stop_at: Collection[str] = ()
     shrink: bool = True
     ledger: Path | None = None
+    shrink_seconds: float | None = None
+    tolerated: Mapping[tuple[str, str], Collection[str]] = field(default_factory=dict)
 
     def run(
         self, check: Check, device: str = "cpu", *, on_example: Callable[[int], None] | None = None
@@ -73,6 +78,8 @@ class Session:
             stop_at=self.stop_at,
             shrink=self.shrink,
             on_found=self._recorder(check, device),
+            shrink_seconds=self.shrink_seconds,
+            tolerated=self.tolerated.get((check.id, device), ()),
         )
         return replace(result, target_notes=tuple(self.target.notes()))
 

@@ -104,7 +104,20 @@ def _how_it_searches(check: argparse.ArgumentParser) -> None:
         " failure, so it draws other cases than a shrinking run with the same seed: compare it with"
         " baselines written with --no-shrink too)",
     )
-    group.add_argument("--fail-fast", action="store_true", help="stop at the first check that fails the run")
+    group.add_argument(
+        "--fail-fast",
+        action="store_true",
+        help="a first verdict, fast: the run stops at the first way of failing the run (a baseline's known"
+        " findings aside), shrinks that one for --shrink-time at most, saves it and exits",
+    )
+    group.add_argument(
+        "--shrink-time",
+        type=seconds,
+        default=30.0,
+        metavar="S",
+        help="with --fail-fast: seconds the first failure is shrunk for; then its smallest case so far is"
+        " kept, as partly shrunk (default 30)",
+    )
     group.add_argument(
         "-n",
         "--workers",
@@ -209,8 +222,6 @@ def _plan(args: argparse.Namespace):
     other = against_target(args.against)
     checks = selected_checks(args.checks)
     check_max_examples(args.max_examples)
-    if args.first_failure and args.baseline:
-        raise UsageError("--first-failure with --baseline: a tolerated finding would end the search too")
     findings, args.findings = findings_option(args.findings)
     outputs = {"--json": args.json, "--junit": args.junit, "--write-baseline": args.write_baseline}
     distinct({findings: args.findings, "--ledger": args.ledger, **outputs})
@@ -221,13 +232,17 @@ def _plan(args: argparse.Namespace):
     if args.device == "cuda" and not cuda_available():
         raise UsageError("--device cuda: no CUDA device is visible (try --device cpu)")
     allowed = _allowed_lost(args.allow_lost, args.against, {check.id for check in checks})
+    known = _baseline(args.baseline, identity, args.against)
+    stopping = args.first_failure or args.fail_fast
     search = {
         "profile": args.profile,
         "max_examples": args.max_examples,
         "seed": args.seed,
         "deadline": args.deadline,
-        "stop_at": _failing_kinds(args.strict) if args.first_failure else (),
+        "stop_at": _failing_kinds(args.strict) if stopping else (),
         "shrink": args.shrink,
+        "shrink_seconds": args.shrink_time if args.fail_fast and not args.first_failure else None,
+        "tolerated": known.signatures() if known is not None and stopping else {},
     }
     return Plan(
         args.target,
@@ -244,7 +259,7 @@ def _plan(args: argparse.Namespace):
         coverage=_coverage_files(target) if args.coverage else None,
         fail_fast=args.fail_fast,
         strict=args.strict,
-        baseline=_baseline(args.baseline, identity, args.against),
+        baseline=known,
         identity=identity,
         allow_lost=allowed,
         ledger=passes.ledger_path(Path(args.findings), args.ledger),
