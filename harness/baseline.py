@@ -137,13 +137,11 @@ def behaviour_key(target: Target) -> str | None:
 def _settings_read(target: Target, files: list[str]) -> dict | None:
     """The declared settings the loaded ``files`` may read, with their values now; ``None`` when the
     target's settings cannot be seen or a file cannot be read. ``{}`` for a load with no engine shims."""
-    from mmharness.targets.loader import NoShims
     from mmharness.targets.settings import Unknown
 
-    shims = getattr(getattr(target, "engine", None), "shims", None)
-    declarations = getattr(getattr(shims, "settings", None), "declarations", None)
+    declarations = target.declared_settings()
     if declarations is None:
-        return {} if isinstance(shims, NoShims) else None
+        return None
     try:
         code = "".join(Path(f).read_text(errors="replace") for f in files)
     except OSError:

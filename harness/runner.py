@@ -37,6 +37,7 @@ if sys.version_info >= (3, 11):
 else:  # Hypothesis's own dependency on 3.10
     from exceptiongroup import BaseExceptionGroup
 
+from mmharness import hypothesis_compat
 from mmharness.checks.outcome import (
     COULD_NOT_TEST,
     DIVERGENCE,
@@ -421,15 +422,7 @@ def _seeded(prop: Callable[..., None], seed: int, database: Any) -> Callable[...
     """``prop`` under a fixed seed, keeping its ``database``. Hypothesis's ``@seed`` turns the database
     off (a seed reproduces a run; it is not meant to save one), but a search that does not shrink keeps
     each failure's choice sequence there (``Choices``), and ``shrink_found`` replays them from it."""
-    from hypothesis import seed as fixed_seed
-    from hypothesis import settings
-
-    seeded: Any = fixed_seed(seed)(prop)
-    if database is not None:
-        seeded._hypothesis_internal_use_settings = settings(
-            seeded._hypothesis_internal_use_settings, database=database
-        )
-    return seeded
+    return hypothesis_compat.seeded(prop, seed, database)
 
 
 class Interrupted(KeyboardInterrupt):

@@ -23,6 +23,7 @@ from mmharness.targets.base import (
     DRAFT_LOOKAHEAD,
     EMBED_AND_MASK,
     PREFILL,
+    SCHEDULER_OPTIONS,
     SPLIT,
     WHOLE_ITEMS,
     HarnessGap,
@@ -270,7 +271,8 @@ def test_the_release_loads_with_both_gathers_and_no_stub_reached(target, release
     from mmharness.targets.specs import resolve
 
     assert target.paths == ("v1", "v2")
-    assert target.capabilities == {PREFILL, EMBED_AND_MASK, SPLIT, WHOLE_ITEMS, DRAFT_LOOKAHEAD}
+    options = {WHOLE_ITEMS, DRAFT_LOOKAHEAD, SCHEDULER_OPTIONS}
+    assert target.capabilities == {PREFILL, EMBED_AND_MASK, SPLIT, *options}
     assert target.describe()["field_configs"] == ["grid_thws", "image_grid_thw"]
     assert target.describe()["load_errors"] == {}
     assert type(resolve(str(release_dir))) is type(target)  # a path spec finds vLLM behind the seam

@@ -9,8 +9,8 @@ Each example also draws the scheduler's other options, independently
 example's params): a token budget per step shared by the requests, an encoder
 compute budget, an encoder cache sized near the items (in embeddings), the
 engine's second gather, and the other option (items whole with a drafter). A
-target that can run them has ``scheduled_prefill`` (vLLM's step driver);
-others run with the option alone. Under every combination the same rules
+target that can run them declares ``SCHEDULER_OPTIONS`` (``scheduled_prefill``:
+vLLM's step driver); others run with the option alone. Under every combination the same rules
 hold: each step's rows are R3's rows of what it scheduled, no step cuts an
 item (R3w), the drafter's gather finds what was encoded (R3d), and the step
 that refuses a request schedules nothing of it. And the encoder's work is
@@ -31,7 +31,15 @@ from mmharness.checks.outcome import Failure, Hazard, Outcome, observe, show_err
 from mmharness.checks.prefill import refused_collision, run, same
 from mmharness.checks.registry import DIFFERENTIAL, check
 from mmharness.model import Case, Item
-from mmharness.targets.base import DRAFT_LOOKAHEAD, UNLIMITED_CACHE, WHOLE_ITEMS, Encoder, Target, paths_of
+from mmharness.targets.base import (
+    DRAFT_LOOKAHEAD,
+    SCHEDULER_OPTIONS,
+    UNLIMITED_CACHE,
+    WHOLE_ITEMS,
+    Encoder,
+    Target,
+    paths_of,
+)
 
 
 def _option_cases(device: str, *, whole: int | None = None, drafter: int | None = None):
@@ -62,12 +70,11 @@ def _run_with_options(target: Target, case: Case, params: dict, *, whole: bool, 
     """The prefill under the example's drawn options; ``None`` for an allowed refusal.
 
     The answer has ``rows``, ``steps``, ``drafts`` and ``log`` (``None`` from a
-    target without ``scheduled_prefill``, which runs its option alone).
+    target without ``SCHEDULER_OPTIONS``, which runs its option alone).
     """
     from types import SimpleNamespace
 
-    scheduled_prefill = getattr(target, "scheduled_prefill", None)
-    if scheduled_prefill is None:
+    if SCHEDULER_OPTIONS not in target.capabilities:
         method = "whole_item_prefill" if whole else "draft_prefill"
         served = _served(target, case, method, "prefill with its option")
         if served is None:
@@ -79,7 +86,7 @@ def _run_with_options(target: Target, case: Case, params: dict, *, whole: bool, 
         return params[key] if params.get(key, 0) > 0 else None
 
     call = partial(
-        scheduled_prefill,
+        target.scheduled_prefill,
         case,
         Encoder(case),
         cache=target.new_cache(_cache_size(case, params)),
@@ -168,8 +175,8 @@ def _held_to_the_rules(case: Case, served: Any, *, whole: bool, drafter: bool, l
 
 def scheduled_run(target: Target, case: Case, params: dict) -> None:
     """The case run once under the example's drawn options (items whole and a drafter as drawn), held
-    to the rules; nothing for a target without ``scheduled_prefill`` (``prefill.stateful`` uses it)."""
-    if getattr(target, "scheduled_prefill", None) is None or "token_budget" not in params:
+    to the rules; nothing for a target without ``SCHEDULER_OPTIONS`` (``prefill.stateful`` uses it)."""
+    if SCHEDULER_OPTIONS not in target.capabilities or "token_budget" not in params:
         return
     whole, drafter = bool(params.get("whole")), bool(params.get("drafter"))
     served = _run_with_options(target, case, params, whole=whole, drafter=drafter)

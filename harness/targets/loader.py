@@ -271,6 +271,11 @@ class Shims(Protocol):
 
 
 class NoShims:
+    """The shims of an engine that needs none: every name a stub module serves is a recorded ``Stub``."""
+
+    def __init__(self, record: Record | None = None) -> None:
+        """``record``: the load's, as ``Factory.shims`` hands it (unused: nothing is shimmed)."""
+
     def shim_for(self, name: str) -> None:
         return None
 

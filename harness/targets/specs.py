@@ -16,7 +16,8 @@ refused; ``$MMHARNESS_ENGINE`` (``--engine``) says which engine it is instead, i
 
 ``module:attr`` names a target class, factory or instance directly. A target
 implements only the capabilities it declares (``mmharness.targets.base.METHODS``);
-a mismatch is refused with the missing methods named.
+a mismatch is refused with the missing methods named, as is a hook it cannot be
+asked as ``EngineHooks`` declares it.
 """
 
 from __future__ import annotations
@@ -29,7 +30,14 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from functools import cache
 
-from mmharness.targets.base import REQUIRED, Target, TargetError, missing_methods, with_defaults
+from mmharness.targets.base import (
+    REQUIRED,
+    Target,
+    TargetError,
+    hook_problems,
+    missing_methods,
+    with_defaults,
+)
 from mmharness.targets.engine import ENGINE_GROUP, Engine
 
 ENTRY_POINT_GROUP = "mmharness.targets"
@@ -359,6 +367,9 @@ def _instantiate(spec: str, attr: str, obj: object) -> Target:
         raise TargetError(
             f"target {spec!r}: declares capabilities it does not implement: missing {', '.join(missing)}"
         )
+    wrong = hook_problems(target)
+    if wrong:
+        raise TargetError(f"target {spec!r}: {'; '.join(wrong)} (see mmharness.api.EngineHooks)")
     return target
 
 

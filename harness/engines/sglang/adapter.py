@@ -45,6 +45,7 @@ from mmharness.model import Case, Item, Request, interleaves, is_well_formed, li
 from mmharness.targets import base, distributed, loader
 from mmharness.targets.base import UNLIMITED_CACHE, Encoder, FeatureItem, HarnessGap, PathName, TargetError
 from mmharness.targets.loaded import Factory, LoadedTarget
+from mmharness.targets.settings import Declarations
 
 if TYPE_CHECKING:
     import torch
@@ -54,6 +55,9 @@ PATH_SWITCHES = ("_is_hip", "_is_npu", "_is_xpu")
 PER_REQUEST = "per_request"
 CACHE_INITS = ("init_mm_embedding_cache", "init_embedding_cache")
 KIMI_FEATURE = "KimiK3ForConditionalGeneration.get_image_feature"
+BRANCH_REASONS = {"CUDA": r"\bhost_offload_event\b"}
+"""SGLang's own names that explain an unreached branch (``reach``): host offload waits on a
+``torch.cuda.Event``."""
 MAPPED = ("image",)
 """The modalities whose encoder R3e hands ``embed_mm_inputs`` in its mapping; it finds the others as the
 model's ``get_<modality>_feature`` (models do either: both lookups are the engine's)."""
@@ -325,6 +329,18 @@ class SGLangTarget(LoadedTarget):
         """The branches of the rule functions no run of the rules takes, each verified by reading the
         engine's code (``excluded``): ``check --coverage`` leaves them out of its CPU-reachable figure."""
         return excluded.EXCLUDED
+
+    def rule_functions(self) -> dict[str, Callable[..., Any]]:
+        """The rule functions found in the release, each in the form it was matched to (``forms``)."""
+        return {name: found.fn for name, found in self.functions.found.items()}
+
+    def branch_reasons(self) -> dict[str, str]:
+        return BRANCH_REASONS
+
+    def declared_settings(self) -> Declarations | None:
+        """The settings its ``srt/environ.py`` declares; ``None`` for the installed package (its own)."""
+        own = self.engine.shims
+        return own.settings.declarations if isinstance(own, shims.SGLangShims) else None
 
     def stand_in_notes(self) -> list[str]:
         notes = []
