@@ -127,3 +127,17 @@ def test_targets_says_a_tree_is_a_tree_with_the_cached_release_it_shares_files_w
     assert "sglang==0.5.23 (5 of its 6 files alike)" in lines[2]
     assert main(["targets", "sglang==0.5.23"]) == 0
     assert "tree:" not in capsys.readouterr().out
+
+
+@pytest.mark.network
+def test_a_lone_rules_file_is_described_its_imported_rule_functions_not_taken_for_its_own(
+    sglang_release, capsys
+):
+    """0.5.23's ``mm_utils.py`` alone imports the cache init and the prefill from ``mm_schedule.py``,
+    which the load lacks: those names are stubs, not the release's functions (``describe`` called the
+    stub init and crashed), and the file is byte for byte the release's."""
+    lone = Path(sglang_release("0.5.23").describe()["source"]) / UTILS
+    assert main(["targets", str(lone)]) == 0
+    out = capsys.readouterr().out
+    assert "tree: by path, not a release (it names no release); its files are sglang==0.5.23's" in out
+    assert "cache: None" in out and "capabilities: (1)\n  split\n" in out

@@ -81,6 +81,20 @@ def test_a_stand_in_refusing_what_the_engine_handed_it_is_the_engines_outcome():
     assert _gap(lambda: engine(torch.ones(3))) is None
 
 
+def test_an_error_class_marked_the_engines_own_stays_its_outcome_wherever_raised():
+    """A stand-in for a call that would end the process raises in place of the exit the engine asked for."""
+
+    class EngineExit(Exception):
+        pass
+
+    namespace = {"__name__": "mmharness.targets.guarded", "EngineExit": EngineExit}
+    exec("def _exit(code=0):\n    raise EngineExit(f'engine code called os._exit({code})')\n", namespace)
+    engine = _engine_function("def engine():\n    _exit(0)\n", _exit=namespace["_exit"])
+    assert _gap(engine).what == "targets.guarded._exit"  # unmarked: the harness's raise
+    setattr(EngineExit, faults.ENGINES_OWN, True)
+    assert _gap(engine) is None
+
+
 def test_an_attribute_the_engine_reads_on_what_the_harness_built_is_a_gap():
     torch = pytest.importorskip("torch")
     from mmharness.engines.sglang import inputs

@@ -23,7 +23,9 @@ from typing import Any, TypeVar
 
 from mmharness.targets.base import HarnessGap
 
-_OWN = "_mm_engines_own"
+ENGINES_OWN = "_mm_engines_own"
+"""The attribute ``engines_own`` sets on an error; an exception class a stand-in raises only as the engine's
+outcome (an exit the engine asked for) may set it ``True`` on the class."""
 _NOT_SUPPLY = (
     "mmharness.model",
     "mmharness.reference",
@@ -41,7 +43,7 @@ _T = TypeVar("_T")
 
 def engines_own(error: _E) -> _E:
     """Mark ``error``, raised by a stand-in on what the engine handed it, as the engine's own outcome."""
-    setattr(error, _OWN, True)
+    setattr(error, ENGINES_OWN, True)
     return error
 
 
@@ -86,7 +88,7 @@ def gap(error: BaseException) -> HarnessGap | None:
     or ``None`` where it is the target's outcome; an error marked ``engines_own`` ends the search."""
     seen: set[int] = set()
     while error is not None and id(error) not in seen:
-        if getattr(error, _OWN, False):
+        if getattr(error, ENGINES_OWN, False):
             return None
         found = _attribute_gap(error) or _raised_gap(error)
         if found is not None:
