@@ -105,15 +105,15 @@ def _attribute_gap(error: BaseException) -> HarnessGap | None:
     obj, name = error.obj, error.name
     what = supplied_as(obj)
     if what is not None:
-        built = f"{what}, which the harness supplies as a plain {type(obj).__name__}"
+        built = f"{what}, which the harness supplies as a plain {type(obj).__name__} lacking it"
     else:
         cls = obj if isinstance(obj, type) else type(obj)
         if not is_supply(cls.__module__):
             return None
-        what = built = f"the harness's {cls.__name__}"
+        what = f"the harness's {cls.__name__}"
+        built = f"{what}, which lacks it"
     return HarnessGap(
-        f"the engine read {name!r} of {built}, which lacks it: the harness cannot supply it",
-        what=f"{what}.{name}",
+        f"the engine read {name!r} of {built}: the harness cannot supply it", what=f"{what}.{name}"
     )
 
 
