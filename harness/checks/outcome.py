@@ -17,6 +17,7 @@ from typing import Any
 from mmharness import tensors
 from mmharness.deadline import Unfinished
 from mmharness.model import Case
+from mmharness.targets import faults
 from mmharness.targets.base import HarnessGap, gap_in
 
 DIVERGENCE, HAZARD, COULD_NOT_TEST = "divergence", "hazard", "could-not-test"
@@ -136,7 +137,9 @@ class Outcome:
 
 
 def observe(call: Callable[[], Any]) -> Outcome:
-    """The call's value or error; a harness gap behind the error ends the check as *could not test*.
+    """The call's value or error; a harness gap behind the error ends the check as *could not test*:
+    one raised as such, or a fault of the harness's own supply code (``targets.faults``), never the
+    engine's outcome.
 
     A case that does not finish (``mmharness.deadline.Unfinished``, a
     ``BaseException``) is no outcome to compare: it passes through to the runner.
@@ -144,7 +147,7 @@ def observe(call: Callable[[], Any]) -> Outcome:
     try:
         return Outcome(value=call())
     except (Exception, SystemExit) as error:  # the target's errors are what we compare; an exit is one
-        gap = gap_in(error)
+        gap = gap_in(error) or faults.gap(error)
         if gap is not None:
             raise could_not_test(gap, error) from error
         return Outcome(error=error)

@@ -93,7 +93,7 @@ def _targets(args: argparse.Namespace) -> int:
     if args.nearest:
         return _nearest(args)
     if args.spec:
-        print_description(resolve_target(args.spec).describe())
+        print_description(_with_tree(resolve_target(args.spec)))
         return 0
     from mmharness.targets.specs import listing
 
@@ -165,6 +165,17 @@ def _nearest(args: argparse.Namespace) -> int:
     elif code == nearest.REGRESSED:
         print(f"\nexit {code}: the changes from {found.nearest.spec} include a regression")
     return code
+
+
+def _with_tree(target) -> dict:
+    """The target's ``describe()``, with ``tree`` after its release where it is a tree by path: a fork's
+    version file names its donor release, which alone would read as that release."""
+    from mmharness.targets.provenance import tree
+
+    described, said = target.describe(), tree(target)
+    if said is None:
+        return described
+    return {**dict(list(described.items())[:2]), "tree": said, **described}
 
 
 def print_description(description: dict) -> None:

@@ -73,6 +73,12 @@ METHODS: dict[str, tuple[str, ...]] = {
 """What a target declaring a capability must implement; a target implements only what it declares."""
 
 
+NOT_DRIVEN = "engine function not driven: "
+"""How a target's note opens that names an engine function the harness knows by name and never calls (absent,
+of a form it cannot call, ...), with why: the fork report lists each (``mmharness.untested``), whatever the
+header showed."""
+
+
 class TargetError(Exception):
     """A target cannot be found, loaded or used; the message says what to do instead."""
 

@@ -16,9 +16,15 @@ import sys
 import types
 from typing import Any, NoReturn
 
+from mmharness.targets.faults import ENGINES_OWN
+
 
 class EngineExit(Exception):
-    """Engine code asked to end the process (``os._exit``, ``os.abort``, ``sys.exit``)."""
+    """Engine code asked to end the process (``os._exit``, ``os.abort``): raised from here, yet the
+    engine's own outcome, never a fault of the harness's supply code (``targets.faults``)."""
+
+
+setattr(EngineExit, ENGINES_OWN, True)
 
 
 def _caller() -> str:

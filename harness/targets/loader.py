@@ -654,7 +654,7 @@ def load(
         try:
             namespace.module(name)
         except (Exception, SystemExit) as error:  # an engine file we cannot run: report it, keep the rest
-            errors[name] = exited(error) or f"{type(error).__name__}: {error}".splitlines()[0]
+            errors[name] = exited(error) or load_error(error)
     namespace.loading = False
     record.armed = loud
     real = {
@@ -671,6 +671,15 @@ def load(
         load_seconds=time.perf_counter() - started,
         followed=dict(namespace.followed),
     )
+
+
+_PRIVATE_NAME = re.compile(rf"\b{PRIVATE_PREFIX}\d+\.")
+
+
+def load_error(error: BaseException) -> str:
+    """A file's load error in one line, in the engine's own module names: the private namespace a load
+    runs in (``_mmharness_engine1.sglang...``) is no name the fork's maintainer knows."""
+    return _PRIVATE_NAME.sub("", f"{type(error).__name__}: {error}".splitlines()[0])
 
 
 @functools.cache
