@@ -53,26 +53,26 @@ def changed_known(ledger: Sequence[records.Record], plan: Plan) -> list[records.
     return shown
 
 
-def lost(ledger: Sequence[records.Record], plan: Plan) -> list[records.Lost]:
-    """Each check skipped here that runs on the target compared with: coverage the change of shape lost
-    (allowed by name with ``--allow-lost``)."""
+def lost(plan: Plan) -> list[records.Lost]:
+    """What runs on the target compared with and not here, known before anything runs: each check the
+    target cannot run (skipped, or a file that holds it did not load) that the other can, and each engine
+    function driven there and not here (``engine_functions``), with why; allowed by name with
+    ``--allow-lost``."""
     if plan.other is None:
         return []
-    from mmharness.checks import all_checks
     from mmharness.runner import not_run
 
-    registered = all_checks()
+    other, spec = plan.other, plan.against or ""
     found = []
-    for skipped in of(ledger, records.Skipped):
-        check = registered[skipped.check]
-        if (
-            not_run(check, plan.target, skipped.device) is not None
-            and not_run(check, plan.other, skipped.device) is None
-        ):
-            allowed = skipped.check in plan.allow_lost
-            found.append(
-                records.Lost(skipped.check, skipped.device, plan.against or "", skipped.reason, allowed)
-            )
+    for check, device in plan.units:
+        mine = not_run(check, plan.target, device)
+        if mine is not None and not_run(check, other, device) is None:
+            allowed = check.id in plan.allow_lost
+            found.append(records.Lost(check.id, records.CHECK, device, spec, mine.reason, allowed))
+    theirs = other.engine_functions()
+    for name, why in plan.target.engine_functions().items():
+        if why is not None and name in theirs and theirs[name] is None:
+            found.append(records.Lost(name, records.FUNCTION, "", spec, why, name in plan.allow_lost))
     return found
 
 

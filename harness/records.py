@@ -173,15 +173,27 @@ class Unfinished(Unit):
     examples: int = 0
 
 
+CHECK, FUNCTION = "check", "function"
+"""What coverage a comparison lost: a check (on a device), or an engine function the harness knows."""
+
+
 @dataclass(frozen=True)
-class Lost(Unit):
-    """A check that ran on the target compared with and not on this one: coverage lost to a change of
-    shape. Fails the run (exit 3) unless ``allowed`` by name (``--allow-lost``)."""
+class Lost(Record):
+    """A check, or an engine function (``of``), that ran on the target compared with (``other``) and not
+    on this one: coverage lost to a change of shape. Fails the run (exit 3) unless ``allowed`` by name
+    (``--allow-lost``)."""
 
     KIND: ClassVar[str] = "lost"
+    what: str
+    of: str = CHECK
+    device: str = ""
     other: str = ""
     reason: str = ""
     allowed: bool = False
+
+    def shown(self) -> str:
+        where = f"{self.what} [{self.device}]" if self.of == CHECK else f"engine function {self.what}"
+        return f"{where} runs on {self.other} and not here: {self.reason}"
 
 
 @dataclass(frozen=True)

@@ -353,11 +353,11 @@ def test_a_check_that_runs_on_the_other_target_and_not_here_is_lost_coverage(cap
     lost = f"lost coverage: prefill.whole_items [cpu] runs on {ENGINE_MODEL} and not here: reference lacks"
     assert lost in out and out.index(lost) < out.index("check ") if "check " in out else lost in out
     (entry,) = json.loads(report_path.read_text())["lost"]
-    assert entry["check"] == "prefill.whole_items" and entry["allowed"] is False
-    assert 'classname="mmharness.lost" name="prefill.whole_items[cpu]"' in junit.read_text()
+    assert (entry["what"], entry["of"], entry["allowed"]) == ("prefill.whole_items", "check", False)
+    assert 'classname="mmharness.lost.check" name="prefill.whole_items[cpu]"' in junit.read_text()
     code, out, _ = run(capsys, *argv, "--allow-lost", "prefill.whole_items")
     assert code == 0 and "(allowed: --allow-lost)" in out
     code, _, err = run(capsys, *argv, "--allow-lost", "prefill.nope")
-    assert code == 2 and "--allow-lost prefill.nope: not a check this run selects" in err
+    assert code == 2 and "--allow-lost prefill.nope: not a check this run selects nor an engine" in err
     code, _, err = run(capsys, *argv[:3], *argv[5:], "--allow-lost", "prefill.whole_items")
     assert code == 2 and "--allow-lost needs --against" in err

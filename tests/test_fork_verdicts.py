@@ -141,3 +141,24 @@ def test_a_lone_rules_file_is_described_its_imported_rule_functions_not_taken_fo
     out = capsys.readouterr().out
     assert "tree: by path, not a release (it names no release); its files are sglang==0.5.23's" in out
     assert "cache: None" in out and "capabilities: (1)\n  split\n" in out
+
+
+@pytest.mark.network
+def test_against_its_release_a_fork_that_no_longer_drives_a_function_has_lost_coverage(
+    tree, sglang_release, tmp_path, capsys
+):
+    """The release drives ``embed_mm_inputs``; the fork's new form is one the harness cannot call: against
+    the release that is coverage lost, listed first and exit 3, unless allowed by name."""
+    release = str(Path(sglang_release("0.5.23").describe()["source"]))
+    report = tmp_path / "lost.json"
+    argv = ["check", "--target", tree(NEW_FORM), "--against", release, "--checks", "count.matches_reference"]
+    argv += ["--max-examples", "3", "--findings", str(tmp_path / "findings"), "--json", str(report)]
+    assert main(argv) == 3
+    out = capsys.readouterr().out
+    assert f"lost coverage: engine function embed_mm_inputs runs on {release} and not here: " in out
+    assert out.index("lost coverage:") < out.index("PASS ")
+    (lost,) = json.loads(report.read_text())["lost"]
+    assert (lost["what"], lost["of"], lost["allowed"]) == ("embed_mm_inputs", "function", False)
+    assert "vision_token_budget" in lost["reason"]
+    assert main([*argv, "--allow-lost", "embed_mm_inputs"]) == 0
+    assert "(allowed: --allow-lost)" in capsys.readouterr().out

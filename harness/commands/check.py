@@ -178,7 +178,7 @@ def _what_fails_it(check: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from mmharness import executor, interrupts, records
+    from mmharness import executor, interrupts, passes, records
     from mmharness.ledger import Ledger
 
     plan = _plan(args)
@@ -186,13 +186,14 @@ def run(args: argparse.Namespace) -> int:
     settings = {"profile": args.profile, "max_examples": args.max_examples, "seed": args.seed}
     units = tuple((check.id, device) for check, device in plan.units)
     ledger.add(records.Started(plan.spec, plan.against, units, settings, plan.identity, *_given()))
-    _print_header(plan, args)
+    ledger.extend(passes.lost(plan))
+    shown = _print_header(plan, args, ledger)
     done = executor.execute(plan, ledger)
     if done.failed_fast:
         print("\n--fail-fast: stopped after the first check that fails the run", flush=True)
     if done.interrupted:
         print("\ninterrupted: reporting the checks that ran", flush=True)
-    figures = _passes(plan, ledger, done)
+    figures = _passes(plan, ledger, done, shown)
     _report(plan, ledger, done, args, figures)
     code = interrupts.exit_code() if done.interrupted else _exit_code(plan, ledger)
     ledger.add(records.Finished(code, done.interrupted, "fail-fast" if done.failed_fast else ""))
@@ -231,7 +232,8 @@ def _plan(args: argparse.Namespace):
     _database(args.database, args.profile)  # refused here, opened where each unit runs
     if args.device == "cuda" and not cuda_available():
         raise UsageError("--device cuda: no CUDA device is visible (try --device cpu)")
-    allowed = _allowed_lost(args.allow_lost, args.against, {check.id for check in checks})
+    functions = {*target.engine_functions(), *(other.engine_functions() if other is not None else ())}
+    allowed = _allowed_lost(args.allow_lost, args.against, {check.id for check in checks} | functions)
     known = _baseline(args.baseline, identity, args.against)
     stopping = args.first_failure or args.fail_fast
     search = {
@@ -266,40 +268,42 @@ def _plan(args: argparse.Namespace):
     )
 
 
-def _allowed_lost(given: list[str] | None, against: str | None, selected: set[str]) -> frozenset[str]:
-    """``--allow-lost CHECK,...``: checks whose lost coverage does not fail the run; each must be a
-    selected check, and the option means something only with ``--against``."""
+def _allowed_lost(given: list[str] | None, against: str | None, known: set[str]) -> frozenset[str]:
+    """``--allow-lost NAME,...``: checks or engine functions whose lost coverage does not fail the run;
+    each must be a selected check or a function either target knows, and only with ``--against``."""
     names = {name.strip() for value in given or () for name in value.split(",") if name.strip()}
     if names and against is None:
         raise UsageError("--allow-lost needs --against: coverage is lost only against another target")
-    unknown = sorted(names - selected)
+    unknown = sorted(names - known)
     if unknown:
-        raise UsageError(f"--allow-lost {', '.join(unknown)}: not a check this run selects")
+        raise UsageError(
+            f"--allow-lost {', '.join(unknown)}: not a check this run selects nor an engine function either"
+            " target knows"
+        )
     return frozenset(names)
 
 
-def _passes(plan, ledger, done) -> dict | None:
+def _passes(plan, ledger, done, shown: list[str]) -> dict | None:
     """The passes over the search's records: lost coverage, the baseline's tolerance and known cases
     replayed (not after an interruption: the search did not finish), coverage figures."""
     from mmharness import passes, reach
 
-    ledger.extend(passes.lost(ledger.records, plan))
     if plan.baseline is not None:
         ledger.extend(passes.tolerance(ledger.records, plan.baseline))
         if not done.interrupted:
             ledger.extend(passes.changed_known(ledger.records, plan))
-    ledger.extend(records_untested(plan, done))
+    ledger.extend(records_untested(plan, ledger, shown))
     if done.reached is None:
         return None
     return reach.analyse(plan.target, plan.coverage, done.reached)
 
 
-def records_untested(plan, done) -> list:
-    """What of the target the run did not exercise (``mmharness.untested``), as records."""
+def records_untested(plan, ledger, shown: list[str]) -> list:
+    """What of the target the run did not exercise (``mmharness.untested``), as records; ``shown``: the
+    notes the header printed."""
     from mmharness import records, untested
 
-    shown = plan.target.notes()
-    return [records.Untested(line) for line in untested.report(done.results, shown)]
+    return [records.Untested(line) for line in untested.report(ledger.records, plan.target, shown)]
 
 
 def _report(plan, ledger, done, args, figures: dict | None) -> None:
@@ -437,13 +441,16 @@ def _database(spec: str | None, profile: str):
         raise UsageError(str(error)) from None
 
 
-def _print_header(plan, args) -> None:
+def _print_header(plan, args, ledger) -> list[str]:
     """The target and what a user should know before reading its verdicts (stubs, missing modules; how
     a baseline applies: to another spelling of the same files, or by spec only); with ``--against``,
     the target compared with, and its notes; regressions run first; coverage with nothing to measure."""
+    from mmharness import records
+
     _print_target("target", plan.target, plan.spec)
+    shown = plan.target.notes()
     baseline_notes = plan.baseline.notes if plan.baseline else ()
-    for note in [*plan.target.notes(), *(f"baseline {note}" for note in baseline_notes)]:
+    for note in [*shown, *(f"baseline {note}" for note in baseline_notes)]:
         print(f"  note: {note}")
     if plan.other is not None:
         from mmharness.against import path_note
@@ -452,12 +459,15 @@ def _print_header(plan, args) -> None:
         for note in [*plan.other.notes(), *filter(None, [path_note(plan.target, plan.other, plan.against)])]:
             print(f"  note: {note}")
         print("  each difference is a change: regression (fails the run), fix, neutral (fail under --strict)")
+        for lost in ledger.of(records.Lost):  # what no longer runs, before any verdict
+            print(f"  lost coverage: {lost.shown()}" + (" (allowed: --allow-lost)" if lost.allowed else ""))
     print(flush=True)
     if plan.coverage is not None and not plan.coverage:
         print(f"coverage: {plan.spec} loads no engine files: nothing to measure\n")
     if plan.regressions:
         total = sum(len(cases) for cases in plan.regressions.values())
         print(f"regressions: {total} saved case(s) from {args.regressions or REGRESSIONS} run first\n")
+    return shown
 
 
 def _print_target(label: str, target, spec: str) -> None:

@@ -73,12 +73,6 @@ METHODS: dict[str, tuple[str, ...]] = {
 """What a target declaring a capability must implement; a target implements only what it declares."""
 
 
-NOT_DRIVEN = "engine function not driven: "
-"""How a target's note opens that names an engine function the harness knows by name and never calls (absent,
-of a form it cannot call, ...), with why: the fork report lists each (``mmharness.untested``), whatever the
-header showed."""
-
-
 class TargetError(Exception):
     """A target cannot be found, loaded or used; the message says what to do instead."""
 
@@ -254,6 +248,12 @@ class EngineHooks(Protocol):
         """The engine settings its code may read, as its package declares them (``targets.settings``);
         ``None``: the harness cannot see them."""
         return None
+
+    def engine_functions(self) -> Mapping[str, str | None]:
+        """Every engine function the harness knows by name -> ``None`` where a check drives it, else why
+        none does (absent, an unknown form, a parameter it cannot supply): the fork report lists the
+        latter, and a comparison calls one driven there and not here lost coverage. By default none."""
+        return {}
 
 
 @runtime_checkable

@@ -40,6 +40,8 @@ class Row:
     cases: int = 0
     deadline: float | None = None
     findings: list[records.Finding] = field(default_factory=list)
+    notes: tuple[str, ...] = ()
+    """The target's notes once the check had run, in the process that ran it."""
 
     @property
     def found_at(self) -> int | None:
@@ -68,7 +70,7 @@ def rows(ledger: Sequence[records.Record]) -> list[Row]:
     return list(by_unit.values())
 
 
-_NOT_OF_A_ROW = (records.Found, records.Lost, records.Tolerated, records.Changed)
+_NOT_OF_A_ROW = (records.Found, records.Tolerated, records.Changed)
 """Unit records that are not how a unit ran: first sightings (``rows`` keeps those no finding
 superseded), and the passes' own."""
 
@@ -89,6 +91,7 @@ def _add(row: Row, record: records.Record) -> None:
     elif isinstance(record, records.Ended):
         row.rule, row.status, row.reason = record.rule, record.status, record.reason
         row.examples, row.cases, row.deadline = record.examples, record.cases, record.deadline
+        row.notes = tuple(record.notes)
     elif isinstance(record, records.Skipped):
         row.rule, row.status, row.reason = record.rule, SKIPPED, record.reason
     elif isinstance(record, records.Unfinished):

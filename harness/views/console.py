@@ -114,8 +114,7 @@ def not_run(ledger: Sequence[records.Record], spec: str, untested: Sequence[str]
     lines = []
     for lost in of(ledger, records.Lost):
         allowed = " (allowed: --allow-lost)" if lost.allowed else ""
-        where = f"{lost.check} [{lost.device}] runs on {lost.other} and not here"
-        lines.append(f"lost coverage: {where}: {lost.reason}{allowed}")
+        lines.append(f"lost coverage: {lost.shown()}{allowed}")
     for row in rows(ledger):
         if row.status in (UNFINISHED, NOT_STARTED):
             lines.append(f"{row.status}: {row.check} [{row.device}]")

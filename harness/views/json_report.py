@@ -4,6 +4,7 @@ baseline's changed known findings. A report serves as a baseline (``mmharness.ba
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 from collections.abc import Sequence
 from typing import Any
@@ -34,7 +35,7 @@ def as_json(
         "identity": identity or {},
         "strict": strict,
         "interrupted": interrupted,
-        "lost": [_lost(r) for r in of(ledger, records.Lost)],
+        "lost": [dataclasses.asdict(r) for r in of(ledger, records.Lost)],
         "not_finished": [
             {"check": r.check, "device": r.device, "state": r.status}
             for r in units
@@ -47,16 +48,6 @@ def as_json(
     if coverage is not None:
         document["coverage"] = coverage
     return document
-
-
-def _lost(lost: records.Lost) -> dict[str, Any]:
-    return {
-        "check": lost.check,
-        "device": lost.device,
-        "other": lost.other,
-        "reason": lost.reason,
-        "allowed": lost.allowed,
-    }
 
 
 def _result(row: Row, against: str | None) -> dict[str, Any]:

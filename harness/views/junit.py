@@ -42,8 +42,9 @@ def as_junit(
     properties = ElementTree.SubElement(suite, "properties")
     ElementTree.SubElement(properties, "property", name="interrupted", value=str(interrupted).lower())
     for one in lost:
-        text = f"runs on {one.other} and not here: {one.reason} (allow with --allow-lost {one.check})"
-        _testcase(suite, "mmharness.lost", f"{one.check}[{one.device}]", "error", text, text)
+        text = f"{one.shown()} (allow with --allow-lost {one.what})"
+        name = f"{one.what}[{one.device}]" if one.of == records.CHECK else one.what
+        _testcase(suite, f"mmharness.lost.{one.of}", name, "error", text, text)
     for row, status in units:
         _unit(suite, row, status, spec, strict=strict, against=against)
     for change in changes:

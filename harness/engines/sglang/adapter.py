@@ -149,7 +149,9 @@ def detect(engine: loader.Engine) -> Functions:
         elif found.form is not None and found.form.note:
             functions.notes.append(f"{found.name}: {found.form.note}")
     functions.undriven = _undriven(functions)
-    functions.notes += [f"{base.NOT_DRIVEN}{name}: {why}" for name, why in functions.undriven.items()]
+    functions.notes += [
+        f"engine function not driven: {name}: {why}" for name, why in functions.undriven.items()
+    ]
     return functions
 
 
@@ -348,6 +350,11 @@ class SGLangTarget(LoadedTarget):
 
     def branch_reasons(self) -> dict[str, str]:
         return BRANCH_REASONS
+
+    def engine_functions(self) -> dict[str, str | None]:
+        """Each function of ``forms.FORMS`` found or wanted here (the cache init under one name)."""
+        known = [*self.functions.found, *self.functions.undriven]
+        return {name: self.functions.undriven.get(name) for name in dict.fromkeys(known)}
 
     def declared_settings(self) -> Declarations | None:
         """The settings its ``srt/environ.py`` declares; ``None`` for the installed package (its own)."""
