@@ -149,6 +149,12 @@ def run(args: argparse.Namespace) -> int:
     known = _baseline(args.baseline, current, args.against)
     if args.first_failure and args.baseline:
         raise UsageError("--first-failure with --baseline: a tolerated finding would end the search too")
+    if args.first_failure and not args.shrink:  # what the two do together, said once
+        print(
+            "--first-failure with --no-shrink: each check ends at its first failing case, kept as found"
+            " (as with --first-failure alone: --no-shrink's search for every way of failing is not run)",
+            file=sys.stderr,
+        )
     findings, args.findings = findings_option(args.findings)
     outputs = {"--json": args.json, "--junit": args.junit, "--write-baseline": args.write_baseline}
     distinct({findings: args.findings, **outputs})
