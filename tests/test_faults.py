@@ -145,9 +145,7 @@ def test_an_interrupted_merge_keeps_every_finding_on_disk(capsys, tmp_path, monk
         replays([path], spec, capsys)
 
 
-def test_a_full_disk_while_a_merge_saves_is_one_line_and_keeps_what_was_written(
-    capsys, tmp_path, monkeypatch
-):
+def test_a_full_disk_as_a_merge_saves_is_one_line_and_keeps_what_it_wrote(capsys, tmp_path, monkeypatch):
     shards = _shards(capsys, tmp_path, MUTANTS, 2, *BOTH)
     findings = tmp_path / "found"
     no_space(monkeypatch, "mmharness.report.write", after=1)
@@ -252,6 +250,12 @@ def _cut_mid_line(root: Path) -> None:
     cut(kept, size=len(b"".join(kept.read_bytes().splitlines(keepends=True)[:3])) + 10)  # in a digest
 
 
+def _cut_and_removed(root: Path) -> None:
+    """Cut at a line boundary, and the files it no longer lists gone too: no file is left unlisted."""
+    _cut_at_a_line(root)
+    (root / OTHER).unlink()
+
+
 def _emptied(root: Path) -> None:
     (root / RULES).write_text("")
 
@@ -265,6 +269,8 @@ DAMAGE = {
     "manifest cut mid-line": _cut_mid_line,
     "legacy manifest cut at a line": lambda root: (_legacy(root), _cut_at_a_line(root)),
     "legacy manifest cut mid-line": lambda root: (_legacy(root), _cut_mid_line(root)),
+    "manifest cut, its files removed": _cut_and_removed,
+    "legacy manifest cut, its files removed": lambda root: (_legacy(root), _cut_and_removed(root)),
     "a file emptied": _emptied,
     "a file it does not list": _unlisted,
 }
@@ -286,6 +292,8 @@ def test_a_damaged_release_is_fetched_again(release, damage):
         ("manifest cut mid-line", "mmharness-release-2.txt is cut or changed"),
         ("legacy manifest cut at a line", "mmharness-release-2.txt is cut: it does not end with"),
         ("legacy manifest cut mid-line", "mmharness-release-2.txt is cut or garbled at line 4"),
+        ("manifest cut, its files removed", "mmharness-release-2.txt is cut or changed"),
+        ("legacy manifest cut, its files removed", "mmharness-release-2.txt is cut: it does not end with"),
         ("a file emptied", f"{RULES} differs from the wheel's"),
         ("a file it does not list", "sglang/srt/extra.py is not in its manifest"),
     ],
@@ -416,6 +424,28 @@ def test_a_fuzzed_check_that_cannot_run_fails_and_leaves_no_findings(capsys, tmp
     assert "prefill.whole_items cannot run on reference: reference lacks whole_items" in err
     assert ("target: reference" in out) is describe
     assert not (tmp_path / "findings").exists(), "nothing was written: no findings directory"
+
+
+def test_the_findings_directory_a_fuzz_run_made_is_removed_if_left_empty(tmp_path):
+    """libFuzzer needs its artifact directory to exist; one the run made and wrote nothing into goes."""
+    from mmharness.commands.fuzz import _removed_if_left_empty
+
+    made, written, kept = tmp_path / "made", tmp_path / "written", tmp_path / "kept"
+    kept.mkdir()
+    for directory in (made, written, kept):
+        with _removed_if_left_empty(directory):
+            directory.mkdir(exist_ok=True)
+            if directory is written:
+                (directory / "crash-1").write_text("x")
+    assert not made.exists() and (written / "crash-1").is_file() and kept.is_dir()
+
+
+def test_a_check_that_writes_nothing_leaves_no_findings_directory(capsys, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("MMHARNESS_FINDINGS", raising=False)
+    code, _, _ = cli(capsys, "check", "--target", "reference", "--checks", "prefill.whole_items")
+    assert code == 4
+    assert not (tmp_path / "findings").exists()
 
 
 def test_first_failure_with_no_shrink_says_what_they_do(capsys, tmp_path):
