@@ -121,6 +121,7 @@ def render(matrix: Matrix, notes: Sequence[Note], *, command: str = "", picture:
     if picture:
         lines += [f"![The classes of finding x the releases]({picture})", ""]
     lines += _replay_paragraph(matrix)
+    lines += _stopped_running(matrix, short)
     lines += _verdict_table(matrix, short)
     for kind, title in (
         (DIVERGENCE, "Divergences"),
@@ -150,6 +151,19 @@ def _replay_paragraph(matrix: Matrix) -> list[str]:
         " release in its range may be missing (remake the matrix without `--no-replay` for exact ranges).",
         "",
     ]
+
+
+def _stopped_running(matrix: Matrix, short: dict[str, str]) -> list[str]:
+    """The checks that stopped running from one release to the next, first: what a run no longer tests."""
+    stopped = matrix.stopped_running()
+    if not stopped:
+        return []
+    lines = ["## Checks that stopped running", ""]
+    lines += [
+        f"- `{one.check}`: ran on {short[one.last]}, skipped from {short[one.target]} on: {one.reason}"
+        for one in stopped
+    ]
+    return [*lines, ""]
 
 
 def _verdict_table(matrix: Matrix, short: dict[str, str]) -> list[str]:

@@ -66,6 +66,7 @@ target, so the replay runs each class's case on both as well; the JSON names it
 from __future__ import annotations
 
 import base64
+import dataclasses
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -185,6 +186,16 @@ class ReleaseRange:
         return self.targets[-1]
 
 
+@dataclass(frozen=True)
+class Stopped:
+    """A check that ran on ``last`` and is skipped on ``target``, the next target that loaded."""
+
+    check: str
+    last: str
+    target: str
+    reason: str
+
+
 @dataclass
 class Matrix:
     """Check x target cells, in the order checks and targets were given."""
@@ -233,6 +244,21 @@ class Matrix:
         failing = (t for t in self.targets if fails_run(self.cell(check_id, t).status, strict=strict))
         return next(failing, None)
 
+    def stopped_running(self) -> list[Stopped]:
+        """Each check that ran on a target and is skipped on the next one that loaded (in the order
+        given): coverage a change of shape lost (vLLM 0.34 removed the V1 runner), never a silence."""
+        stopped = []
+        for check_id in self.checks:
+            last_ran = None
+            for target in self.targets:
+                cell = self.cell(check_id, target)
+                if cell.status in (ERROR, NOT_RUN):
+                    continue
+                if cell.status == SKIPPED and last_ran is not None:
+                    stopped.append(Stopped(check_id, last_ran, target, cell.reason))
+                last_ran = None if cell.status == SKIPPED else target
+        return stopped
+
     def ranges(self, check_id: str) -> list[ReleaseRange]:
         """Each distinct way the check fails, with the targets that show it, in target order."""
         seen: dict[str, tuple[str, str, list[str], list[int | None], list[str]]] = {}
@@ -259,6 +285,7 @@ class Matrix:
             "replay": self.replay,
             "against": self.against,
             "dedup": self.dedup,
+            "stopped_running": [dataclasses.asdict(one) for one in self.stopped_running()],
             "targets": [
                 {
                     "spec": t,
@@ -996,6 +1023,8 @@ def render(matrix: Matrix, *, color: bool = False, strict: bool = False, grid: b
     lines = []
     if matrix.against:  # what every finding below is relative to
         lines.append(f"against: {matrix.against} (each finding a change from it: regression, fix, neutral)")
+    for one in matrix.stopped_running():  # what the later targets no longer test, before any verdict
+        lines.append(f"stopped running: {one.check} ran on {one.last}, skipped on {one.target}: {one.reason}")
     if grid:
         lines += grid_lines(matrix, color=color)
     else:

@@ -164,7 +164,7 @@ class Nearest:
         chosen = self.nearest
         if chosen is None:
             return False
-        shrunk = (change_of(f.signature) for r in self.changes for f in r.findings)
+        shrunk = (change_of(f) for r in self.changes for f in r.findings)
         return chosen.kinds[REGRESSION] > 0 or REGRESSION in shrunk
 
 
@@ -268,11 +268,11 @@ def _compared(result: Result) -> Compared:
     check = result.check.id
     if result.status == SKIPPED:
         return Compared(check, NOT_COMPARED, reason=result.reason)
-    changes = [f for f in result.findings if change_of(f.signature) is not None]
+    changes = [f for f in result.findings if change_of(f) is not None]
     if changes:
         first = min(changes, key=lambda f: f.first_failure_at or 0)
         alike = max((first.first_failure_at or 1) - 1, 0)
-        return Compared(check, CHANGED, alike, change_of(first.signature), first.signature)
+        return Compared(check, CHANGED, alike, change_of(first), first.signature)
     if result.findings:  # could not test, or a case past its deadline: no behaviour to compare
         first = result.findings[0]
         return Compared(check, NOT_COMPARED, reason=f"{first.kind}: {first.failure.message}")
@@ -327,7 +327,7 @@ def ranking_lines(nearest: Nearest) -> list[str]:
 
 def change_lines(nearest: Nearest) -> list[str]:
     """What the ranking means: the identical candidates, the nearest, and its changes (each shrunk)."""
-    from mmharness import report
+    from mmharness.views import console
 
     lines = []
     identical = nearest.identical
@@ -349,7 +349,7 @@ def change_lines(nearest: Nearest) -> list[str]:
     if chosen.identical:
         lines.append(f"nearest: {chosen.spec} (no change)")
         return lines
-    counted = Counter(change_of(f.signature) for r in nearest.changes for f in r.findings)
+    counted = Counter(change_of(f) for r in nearest.changes for f in r.findings)
     kinds = ", ".join(f"{counted[k]} {k}" for k in CHANGES if counted[k])
     lines.append(
         f"nearest: {chosen.spec}, {len(chosen.changed)} of {chosen.checked} checks changed"
@@ -357,8 +357,8 @@ def change_lines(nearest: Nearest) -> list[str]:
     )
     for result in nearest.changes:
         for finding in result.findings:
-            if change_of(finding.signature) is not None:
-                lines += ["", report.finding_details(result, finding, nearest.target, against=chosen.spec)]
+            if change_of(finding) is not None:
+                lines += ["", console.finding_details(result, finding, nearest.target, against=chosen.spec)]
     return lines
 
 
@@ -389,7 +389,7 @@ def as_json(nearest: Nearest, checks: Sequence[str], *, code: int) -> dict:
         {
             "check": result.check.id,
             "rule": result.check.rule,
-            "change": change_of(finding.signature),
+            "change": change_of(finding),
             "kind": finding.kind,
             "signature": finding.signature,
             "message": finding.failure.message,
@@ -403,7 +403,7 @@ def as_json(nearest: Nearest, checks: Sequence[str], *, code: int) -> dict:
         }
         for result in nearest.changes
         for finding in result.findings
-        if change_of(finding.signature) is not None
+        if change_of(finding) is not None
     ]
     return {
         "format": FORMAT,

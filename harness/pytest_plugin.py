@@ -203,9 +203,9 @@ class CheckItem(pytest.Item):
 
     def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException], style: Any = None) -> Any:
         if isinstance(excinfo.value, CheckFailed):
-            from mmharness import report
+            from mmharness.views import console
 
-            return report.failure_details(self.result, _spec(self.config), against=_against(self.config))
+            return console.result_details(self.result, _spec(self.config), against=_against(self.config))
         return super().repr_failure(excinfo, style)
 
     def reportinfo(self) -> tuple[Path, int, str]:

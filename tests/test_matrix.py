@@ -287,3 +287,31 @@ def test_the_sharded_atlas_workflow_asks_mmharness_for_what_it_has():
     for words in commands:
         _parser().parse_args(words)
     assert "--shard" in commands[0]
+
+
+def test_a_check_that_stops_running_is_said_before_any_verdict():
+    """A check that ran on one release and is skipped on the next (vLLM 0.34's drafter check, tied to a
+    removed runner) is listed in the table's text, the JSON and the atlas, never left as a quiet skip."""
+    from mmharness.runner import SKIPPED
+
+    targets, checks = ["old", "broken", "new", "newer"], ["a", "b"]
+    cells = {
+        ("a", "old"): Cell(PASSED),
+        ("a", "broken"): Cell(ERROR, "does not load"),
+        ("a", "new"): Cell(SKIPPED, "new lacks draft_lookahead"),
+        ("a", "newer"): Cell(SKIPPED, "newer lacks draft_lookahead"),
+        **{("b", t): Cell(SKIPPED, "no CUDA device") for t in targets},
+    }
+    matrix = Matrix(targets, checks, cells, target_errors={"broken": "does not load"})
+    (stopped,) = matrix.stopped_running()
+    assert (stopped.check, stopped.last, stopped.target) == ("a", "old", "new"), "once, past the error"
+    line = "stopped running: a ran on old, skipped on new: new lacks draft_lookahead"
+    assert line in render(matrix).splitlines()
+    assert matrix.as_json()["stopped_running"] == [
+        {"check": "a", "last": "old", "target": "new", "reason": "new lacks draft_lookahead"}
+    ]
+    document = atlas.render(matrix, [])
+    assert document.index("## Checks that stopped running") < document.index("## Verdicts per release")
+    assert "- `a`: ran on old, skipped from new on: new lacks draft_lookahead" in document
+    matrix.cells[("a", "new")] = Cell(PASSED)
+    assert [one.target for one in matrix.stopped_running()] == ["newer"]

@@ -23,7 +23,13 @@ def test_ctrl_c_while_shrinking_keeps_the_finding_unshrunk(tmp_path, start):
         *("--profile", "deep", "--json", str(report), "--findings", str(findings)),
         *("--seed", "4"),  # fixed cases, the first to fail a divergence (a random one may be a hazard)
     )
-    time.sleep(8)  # the first failure comes within a second; shrinking these programs takes longer
+    ledger = findings / "ledger.ndjson"
+    deadline = time.monotonic() + 120  # the first failure comes within seconds on an idle machine
+    while time.monotonic() < deadline and '"record": "found"' not in (
+        ledger.read_text() if ledger.exists() else ""
+    ):
+        time.sleep(0.2)
+    time.sleep(1)  # shrinking these programs takes far longer
     run.send_signal(signal.SIGINT)
     out, _ = run.communicate(timeout=120)
     assert run.returncode == 130, out
@@ -31,8 +37,10 @@ def test_ctrl_c_while_shrinking_keeps_the_finding_unshrunk(tmp_path, start):
     data = json.loads(report.read_text())
     assert data["interrupted"] is True
     (result,) = data["results"]
-    assert result["status"] == "divergence" and result["interrupted"] is True
+    assert result["status"] == "unfinished" and result["interrupted"] is True, "stopped: not a verdict"
+    assert {f["kind"] for f in result["findings"]} == {"divergence"}, "what it had found is kept"
     assert all(Path(f["saved"]).is_file() for f in result["findings"])
+    assert data["not_finished"] == [{"check": "prefill.stateful", "device": "cpu", "state": "unfinished"}]
 
 
 def test_sigterm_reports_the_checks_that_ran(tmp_path, start):
@@ -154,10 +162,14 @@ def test_ctrl_c_keeps_what_the_workers_had_found(tmp_path, start, adapters):
     for check in ("count.matches_reference", "adjust.matches_reference"):
         assert results[check]["interrupted"] is True and results[check]["findings"], results[check]
         assert all(Path(f["saved"]).is_file() for f in results[check]["findings"])
-    assert {p.name.split("-")[0] for p in findings.iterdir()} == {
+    assert {p.name.split("-")[0] for p in findings.glob("*.json")} == {
         "adjust.matches_reference",
         "count.matches_reference",
     }
+    stopped = {r["check"] for r in data["not_finished"]}
+    assert stopped == {"count.matches_reference", "adjust.matches_reference"}, "said not to have finished"
+    ledger = [json.loads(line) for line in (findings / "ledger.ndjson").read_text().splitlines()]
+    assert {r["check"] for r in ledger if r["record"] == "unfinished"} == stopped, "and so says the ledger"
 
 
 @pytest.mark.parametrize("workers", ["1", "2"])
@@ -180,7 +192,12 @@ def test_a_signal_stops_an_example_that_hangs(tmp_path, start, adapters, workers
     assert data["interrupted"] is True
     counted = data["results"][0]
     assert counted["check"] == "count.matches_reference" and counted["interrupted"] is True
-    assert all(r["status"] == "passed" and r["findings"] == [] for r in data["results"]), data["results"]
+    assert all(r["status"] == "unfinished" and r["findings"] == [] for r in data["results"]), data["results"]
+    assert data["not_finished"][0] == {
+        "check": "count.matches_reference",
+        "device": "cpu",
+        "state": "unfinished",
+    }
 
 
 def test_ctrl_c_keeps_the_targets_in_progress_of_a_parallel_matrix(tmp_path, start, adapters):

@@ -44,17 +44,29 @@ class Failure(AssertionError):
         """The example that failed, when the runner checked several per draw (``runner.run_swept``)."""
         self.cases = 1
         """How many cases that draw had checked when this one failed."""
+        self.compared: Compared | None = None
+        """How a comparison (``--against``) judged the case, for a failure that is a change."""
 
     def __reduce__(self) -> tuple:
         """Pickled whole (a worker process sends it back): an exception pickles only its message."""
-        fields = (self.message, self.expected, self.actual, self.signature, self.example, self.cases)
-        return _rebuilt, (type(self), *fields)
+        fields = (self.message, self.expected, self.actual, self.signature)
+        return _rebuilt, (type(self), *fields, self.example, self.cases, self.compared)
 
 
-def _rebuilt(kind: type[Failure], message: str, expected: str, actual: str, signature: str, example, cases):
+def _rebuilt(kind: type[Failure], message, expected, actual, signature, example, cases, compared):
     failure = kind(message, expected=expected, actual=actual, signature=signature)
-    failure.example, failure.cases = example, cases
+    failure.example, failure.cases, failure.compared = example, cases, compared
     return failure
+
+
+@dataclass(frozen=True)
+class Compared:
+    """A change a comparison found: ``change`` (regression, fix, neutral), the ``observable`` that
+    differs, and its ``basis``: the failing side's own signature, or the call that differs."""
+
+    change: str
+    observable: str = ""
+    basis: str = ""
 
 
 class Hazard(Failure):
@@ -131,7 +143,7 @@ def observe(call: Callable[[], Any]) -> Outcome:
     """
     try:
         return Outcome(value=call())
-    except Exception as error:  # the target's errors are what we compare
+    except (Exception, SystemExit) as error:  # the target's errors are what we compare; an exit is one
         gap = gap_in(error)
         if gap is not None:
             raise could_not_test(gap, error) from error

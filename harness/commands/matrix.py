@@ -275,9 +275,10 @@ def _show_matrix(matrix, *, strict: bool, deadline: float | None, grid: str = "a
     from mmharness import report
     from mmharness.deadline import SIGNATURE as DID_NOT_FINISH
     from mmharness.matrix import render
+    from mmharness.views import console
 
     compact = grid == "always" or (grid == "auto" and sys.stdout.isatty())
-    print(render(matrix, color=report.use_color(sys.stdout), strict=strict, grid=compact))
+    print(render(matrix, color=console.use_color(sys.stdout), strict=strict, grid=compact))
     for (check_id, spec), cell in matrix.cells.items():
         for seen in cell.findings:
             if seen.saved:

@@ -10,16 +10,14 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-PASSED_EXIT, DIVERGED, USAGE_ERROR, COULD_NOT_TEST_EXIT, NOTHING_RAN = 0, 1, 2, 3, 4
-EXIT_CODES = """exit codes:
-  0    every check passed (hazards shown; skips are functions the target lacks)
-  1    a divergence (under --strict: also a hazard or a could-not-test)
-  2    usage error: bad option, unreadable file, unloadable target, an output that cannot be
-       written (a full disk)
-  3    the harness could not test part of the target (nothing diverged)
-  4    nothing ran: every check (or replayed case) was skipped
-  130  interrupted by Ctrl-C (SIGINT); the report says so and keeps what was found
-  143  terminated (SIGTERM); likewise"""
+from mmharness.exits import (  # noqa: F401 - the commands' shared names
+    COULD_NOT_TEST_EXIT,
+    DIVERGED,
+    EXIT_CODES,
+    NOTHING_RAN,
+    PASSED_EXIT,
+    USAGE_ERROR,
+)
 
 
 class UsageError(Exception):

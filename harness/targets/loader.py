@@ -69,6 +69,7 @@ from typing import Any, Protocol
 
 from mmharness.storage import cache_dir, read_verified, write_verified
 from mmharness.targets.base import TargetError
+from mmharness.targets.guarded import GUARDED_OS, exited
 from mmharness.targets.stubs import Record, Stub
 
 CodeTransform = Callable[[str, types.CodeType], types.CodeType]
@@ -383,6 +384,8 @@ class Namespace:
             name = _resolve_relative(name, (globals or {}).get("__package__") or "", level)
         elif top in self.aliases:
             name = self.package + name[len(top) :]
+        elif top == "os" and (name == "os" or not fromlist):  # ``os`` itself: its ending calls guarded
+            return GUARDED_OS
         elif top not in (self.package, *self.stub_packages):
             if not (self.stub_missing and not _importable(top)):
                 return _REAL_IMPORT(name, globals, locals, fromlist, level)
@@ -651,8 +654,8 @@ def load(
     for name in sorted(source.files, key=lambda n: order.index(n) if n in order else len(order)):
         try:
             namespace.module(name)
-        except Exception as error:  # an engine file we cannot run: report it, keep the rest
-            errors[name] = f"{type(error).__name__}: {error}".splitlines()[0]
+        except (Exception, SystemExit) as error:  # an engine file we cannot run: report it, keep the rest
+            errors[name] = exited(error) or f"{type(error).__name__}: {error}".splitlines()[0]
     namespace.loading = False
     record.armed = loud
     real = {
