@@ -440,12 +440,11 @@ def test_the_findings_directory_a_fuzz_run_made_is_removed_if_left_empty(tmp_pat
     assert not made.exists() and (written / "crash-1").is_file() and kept.is_dir()
 
 
-def test_a_check_that_writes_nothing_leaves_no_findings_directory(capsys, tmp_path, monkeypatch):
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.delenv("MMHARNESS_FINDINGS", raising=False)
-    code, _, _ = cli(capsys, "check", "--target", "reference", "--checks", "prefill.whole_items")
-    assert code == 4
-    assert not (tmp_path / "findings").exists()
+def test_a_matrix_that_finds_nothing_leaves_no_findings_directory(capsys, tmp_path):
+    found = tmp_path / "found"
+    code, _, _ = cli(capsys, "matrix", "--target", "reference", *COUNT, "--findings", str(found))
+    assert code == 0
+    assert not found.exists(), "nothing was written there"
 
 
 def test_first_failure_with_no_shrink_says_what_they_do(capsys, tmp_path):
