@@ -216,14 +216,12 @@ def test_a_bad_shard_is_a_usage_error_before_any_target_loads(capsys, monkeypatc
     assert f"argument --shard: {words}" in capsys.readouterr().err
 
 
-def test_a_shard_beyond_the_targets_is_empty_and_still_merges(capsys, tmp_path):
+def test_a_shard_beyond_the_targets_is_refused(capsys, tmp_path):
+    """A share with no targets would run nothing, yet merge as a share that ran: refused, before anything."""
     args = ["matrix", "--target", "reference", "--checks", "count", "--max-examples", "5"]
-    paths = [str(tmp_path / f"shard-{index}.json") for index in (1, 2)]
-    for index, path in enumerate(paths, 1):
-        assert _cli(capsys, *args, "--shard", f"{index}/2", "--json", path)[0] == 0
-    assert json.loads((tmp_path / "shard-2.json").read_text())["targets"] == []
-    code, out, _ = _cli(capsys, "merge", *paths, "--json", str(tmp_path / "merged.json"))
-    assert code == 0 and out.splitlines()[0].split() == ["check", "reference", "first", "failing"]
+    code, out, err = _cli(capsys, *args, "--shard", "2/2", "--json", str(tmp_path / "shard-2.json"))
+    assert code == 2 and out == "" and not (tmp_path / "shard-2.json").exists()
+    assert "--shard 2/2: this share has no targets (1 target(s) over 2 shards)" in err
 
 
 MERGE_ARGS = ["--target", "reference", "--target", "mutant:count_inclusive_end", "--checks", "count"]

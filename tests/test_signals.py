@@ -1,49 +1,19 @@
 """Ctrl-C and SIGTERM end every long command cleanly: summary, findings and reports, marked interrupted.
 
-Each test starts the CLI as a subprocess, waits until it is well into its work
-(the newer ones until it prints a line saying so), sends the signal and reads
+Each test starts the CLI as a subprocess (the ``start`` fixture), waits until it is well into its work
+(the newer ones until it prints a line saying so: ``fault_injection.Output``), sends the signal and reads
 what it left behind.
 """
 
 from __future__ import annotations
 
-import contextlib
 import json
-import os
 import signal
-import subprocess
-import sys
-import threading
 import time
 from pathlib import Path
 
 import pytest
-
-CLI = "import sys; from mmharness.cli import main; sys.exit(main())"
-
-
-@pytest.fixture
-def start(tmp_path: Path):
-    """Start the CLI in a process group of its own; whatever the test's outcome, nothing is left running.
-
-    ``merged``: standard error goes to standard output, to be read as it comes (``Output``).
-    """
-    started: list[subprocess.Popen] = []
-
-    def run(*args: str, merged: bool = False, env: dict[str, str] | None = None) -> subprocess.Popen:
-        command = [sys.executable, "-c", CLI, *args]
-        pipes = {"stdout": subprocess.PIPE, "stderr": subprocess.STDOUT if merged else subprocess.PIPE}
-        environment = {**os.environ, **(env or {})}
-        process = subprocess.Popen(
-            command, cwd=tmp_path, start_new_session=True, text=True, env=environment, **pipes
-        )
-        started.append(process)
-        return process
-
-    yield run
-    for process in started:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(process.pid, signal.SIGKILL)
+from fault_injection import Output
 
 
 def test_ctrl_c_while_shrinking_keeps_the_finding_unshrunk(tmp_path, start):
@@ -98,44 +68,6 @@ def test_ctrl_c_stops_a_matrix_and_its_workers(tmp_path, start):
     assert run.returncode == 130, out + err
     assert json.loads(report.read_text())["interrupted"] is True
     assert "Traceback" not in err
-
-
-class Output:
-    """A process's merged output, read by a thread as it comes, so that a test can wait for a line."""
-
-    def __init__(self, process: subprocess.Popen) -> None:
-        self.process = process
-        self.lines: list[str] = []
-        self.closed = False
-        self.changed = threading.Condition()
-        self.reader = threading.Thread(target=self._read, daemon=True)
-        self.reader.start()
-
-    def _read(self) -> None:
-        for line in self.process.stdout:
-            with self.changed:
-                self.lines.append(line)
-                self.changed.notify_all()
-        with self.changed:
-            self.closed = True
-            self.changed.notify_all()
-
-    def wait_for(self, *texts: str, timeout: float = 60) -> None:
-        """Until every one of ``texts`` has been printed (each on some line)."""
-        deadline = time.monotonic() + timeout
-        with self.changed:
-            while not all(any(text in line for line in self.lines) for text in texts):
-                left = deadline - time.monotonic()
-                if left <= 0 or self.closed:
-                    raise AssertionError(f"never printed {texts}:\n{''.join(self.lines)}")
-                self.changed.wait(left)
-
-    def interrupt(self, signum: int = signal.SIGINT, *, timeout: float = 60) -> tuple[int, str]:
-        """Send the signal; the exit code and everything printed, once the process has ended."""
-        self.process.send_signal(signum)
-        code = self.process.wait(timeout=timeout)
-        self.reader.join(timeout=10)
-        return code, "".join(self.lines)
 
 
 ADAPTERS = '''

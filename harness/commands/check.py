@@ -223,6 +223,12 @@ def _plan(args: argparse.Namespace):
     other = against_target(args.against)
     checks = selected_checks(args.checks)
     check_max_examples(args.max_examples)
+    if args.first_failure and not args.shrink:  # what the two do together, said once
+        print(
+            "--first-failure with --no-shrink: each check ends at its first failing case, kept as found"
+            " (as with --first-failure alone: --no-shrink's search for every way of failing is not run)",
+            file=sys.stderr,
+        )
     findings, args.findings = findings_option(args.findings)
     outputs = {"--json": args.json, "--junit": args.junit, "--write-baseline": args.write_baseline}
     distinct({findings: args.findings, "--ledger": args.ledger, **outputs})

@@ -15,6 +15,7 @@ from mmharness.commands.options import (
     selected_checks,
     worker_count,
     writable,
+    write_output,
 )
 
 NEAREST_OPTIONS = {
@@ -156,10 +157,8 @@ def _nearest(args: argparse.Namespace) -> int:
     print("\n".join(["", *nearest.ranking_lines(found), "", *nearest.change_lines(found)]))
     code = interrupts.exit_code() if found.interrupted else nearest.exit_code(found)
     if args.json:
-        from mmharness import report
-
         document = nearest.as_json(found, [c.id for c in checks], code=code)
-        report.write(args.json, json.dumps(document, indent=2) + "\n")
+        write_output("--json", args.json, json.dumps(document, indent=2) + "\n")
     if found.interrupted:
         print("\ninterrupted: the ranking holds the candidates that finished")
     elif code == nearest.REGRESSED:

@@ -291,7 +291,7 @@ def _resolve(spec: str) -> Target:
     for form in every:
         if not form.paths and form.matches(spec):
             return form.resolve(spec)
-    if _is_path(spec):
+    if is_path(spec):
         path_forms = [form for form in every if form.paths]
         engine = chosen_engine()
         if engine is not None:
@@ -329,7 +329,7 @@ def _spec_forms(every: Sequence[SpecForm]) -> str:
     return ", ".join(form.pattern for form in every)
 
 
-def _is_path(spec: str) -> bool:
+def is_path(spec: str) -> bool:
     """A spec naming a file or directory (existing, or written like one) rather than a module."""
     written_like_a_path = os.sep in spec or spec.endswith(".py") or spec.startswith((".", "~"))
     return written_like_a_path or os.path.exists(spec)
