@@ -187,7 +187,10 @@ def test_the_terminal_grid_is_a_character_per_cell_with_a_legend():
 
 def test_without_the_grid_the_table_stays():
     text = render(small_matrix())
-    assert text.splitlines()[0].split()[:2] == ["check", "sglang==0.4.6"]
+    lines = text.splitlines()
+    stopped = [line for line in lines if line.startswith("stopped running: ")]
+    assert lines[: len(stopped)] == stopped, "what stopped running comes first"
+    assert lines[len(stopped)].split()[:2] == ["check", "sglang==0.4.6"]
     assert "DIVERGEr" in text and "D divergence, H hazard" not in text
     assert "sDDdE" not in text
 
