@@ -50,6 +50,8 @@ def append(path: Path, record: Record) -> None:
     try:
         os.write(descriptor, line)
         os.fsync(descriptor)
+    except OSError as error:  # a full disk: say which file (os.write names none)
+        raise OSError(error.errno, error.strerror, str(path)) from None
     finally:
         os.close(descriptor)
 
