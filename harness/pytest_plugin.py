@@ -80,7 +80,7 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "mm_cuda: needs a CUDA device (mmharness skips it without one)")
     for option in ("--mm-target", "--mm-against"):  # given empty (an unset CI variable): not "not asked"
         if config.getoption(option) == "":
-            raise pytest.UsageError(f"{option}: empty; give a target spec (reference, sglang==X, a path)")
+            raise pytest.UsageError(f"{option}: empty; give a target spec (reference, ENGINE==X, a path)")
     if not _asked(config):
         return
     from mmharness.session import Session
