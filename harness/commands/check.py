@@ -72,6 +72,12 @@ def _what_runs(check: argparse.ArgumentParser) -> None:
         help="comma-separated check ids, families, rules (R1..R6) or id prefixes; repeatable",
     )
     group.add_argument("--device", choices=("cpu", "cuda", "all"), default="cpu")
+    group.add_argument(
+        "--regressions",
+        metavar="DIR",
+        help="saved cases (a finding's file, each naming its check) each check runs before it searches:"
+        f" committed findings as regression tests; none: no such cases (default: ./{REGRESSIONS} if present)",
+    )
 
 
 def _how_it_searches(check: argparse.ArgumentParser) -> None:
@@ -130,12 +136,6 @@ def _how_it_searches(check: argparse.ArgumentParser) -> None:
         metavar="SPEC",
         help="where failing examples are kept and replayed first: none, a directory, github:OWNER/REPO,"
         " redis://HOST (default: none for --profile ci, else a directory in the cache)",
-    )
-    group.add_argument(
-        "--regressions",
-        metavar="DIR",
-        help="saved cases (a finding's file, each naming its check) each check runs before it searches:"
-        f" committed findings as regression tests; none: no such cases (default: ./{REGRESSIONS} if present)",
     )
 
 
@@ -200,6 +200,23 @@ def run(args: argparse.Namespace) -> int:
     return code
 
 
+def _search(args: argparse.Namespace, known) -> dict:
+    """The options of every check's search (``Session``'s): ``--first-failure`` and ``--fail-fast`` stop
+    at the first failing case, the latter shrinking it for ``--shrink-time``; a baseline's known
+    findings pass such a search by."""
+    stopping = args.first_failure or args.fail_fast
+    return {
+        "profile": args.profile,
+        "max_examples": args.max_examples,
+        "seed": args.seed,
+        "deadline": args.deadline,
+        "stop_at": _failing_kinds(args.strict) if stopping else (),
+        "shrink": args.shrink,
+        "shrink_seconds": args.shrink_time if args.fail_fast and not args.first_failure else None,
+        "tolerated": known.signatures() if known is not None and stopping else {},
+    }
+
+
 def _given() -> tuple[dict, str | None]:
     """The ``--env`` settings and ``--engine`` of this run, which its ledger keeps for replay."""
     import os
@@ -241,24 +258,13 @@ def _plan(args: argparse.Namespace):
     functions = {*target.engine_functions(), *(other.engine_functions() if other is not None else ())}
     allowed = _allowed_lost(args.allow_lost, args.against, {check.id for check in checks} | functions)
     known = _baseline(args.baseline, identity, args.against)
-    stopping = args.first_failure or args.fail_fast
-    search = {
-        "profile": args.profile,
-        "max_examples": args.max_examples,
-        "seed": args.seed,
-        "deadline": args.deadline,
-        "stop_at": _failing_kinds(args.strict) if stopping else (),
-        "shrink": args.shrink,
-        "shrink_seconds": args.shrink_time if args.fail_fast and not args.first_failure else None,
-        "tolerated": known.signatures() if known is not None and stopping else {},
-    }
     return Plan(
         args.target,
         target,
         checks,
         ["cpu", "cuda"] if args.device == "all" else [args.device],
         Path(args.findings),
-        search=search,
+        search=_search(args, known),
         database=args.database,
         regressions=_regressions(args.regressions, {check.id for check in checks}),
         against=args.against,

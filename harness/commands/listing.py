@@ -120,15 +120,7 @@ def _nearest(args: argparse.Namespace) -> int:
     writable("--findings", args.findings, directory=True)
     writable("--json", args.json)
     target = resolve_target(args.spec)
-    try:
-        candidates = args.candidates or nearest.engine_candidates(target, args.spec)
-    except nearest.NearestError as error:
-        raise UsageError(f"--nearest: {error}") from None
-    for spec in dict.fromkeys(args.candidates or ()):  # each named one loads, or is refused at once
-        try:
-            resolve_target(spec)
-        except UsageError as error:
-            raise UsageError(f"--candidate {spec}: {error}") from None
+    candidates = _candidates(args, target)
     budget = args.max_examples if args.max_examples is not None else nearest.MAX_EXAMPLES
     print(
         f"nearest to {args.spec}: {len(candidates)} candidate(s), {len(checks)} check(s),"
@@ -164,6 +156,23 @@ def _nearest(args: argparse.Namespace) -> int:
     elif code == nearest.REGRESSED:
         print(f"\nexit {code}: the changes from {found.nearest.spec} include a regression")
     return code
+
+
+def _candidates(args: argparse.Namespace, target) -> list[str]:
+    """The releases ``--nearest`` compares with: those named (each loads, or is refused at once), else
+    the cached releases of the target's engine."""
+    from mmharness import nearest
+
+    try:
+        candidates = args.candidates or nearest.engine_candidates(target, args.spec)
+    except nearest.NearestError as error:
+        raise UsageError(f"--nearest: {error}") from None
+    for spec in dict.fromkeys(args.candidates or ()):
+        try:
+            resolve_target(spec)
+        except UsageError as error:
+            raise UsageError(f"--candidate {spec}: {error}") from None
+    return candidates
 
 
 def _with_tree(target) -> dict:

@@ -58,6 +58,12 @@ def _shard(value: str) -> tuple[int, int]:
 
 
 def add_parser(sub) -> None:
+    _matrix_parser(sub)
+    _merge_parser(sub)
+
+
+def _matrix_parser(sub) -> None:
+    """``matrix``: its targets, then how it searches (``_search_options``)."""
     matrix = sub.add_parser(
         "matrix",
         help="run checks over several targets; a check x target table",
@@ -84,6 +90,11 @@ def add_parser(sub) -> None:
         help="a known-good target every case on every target also runs on, as `check --against` does:"
         " each finding is a change from it (regression, fix, neutral), and so is each replayed class",
     )
+    _search_options(matrix)
+
+
+def _search_options(matrix: argparse.ArgumentParser) -> None:
+    """What ``matrix`` runs on each target, how, and what it does after the search."""
     matrix.add_argument("--checks", action="append", metavar="IDS")
     matrix.add_argument("--profile", choices=("ci", "dev", "deep"), default="ci")
     matrix.add_argument("--max-examples", type=int, metavar="N")
@@ -123,6 +134,9 @@ def add_parser(sub) -> None:
         " cells (marked '=' in the table, \"same_as\" in --json)",
     )
 
+
+def _merge_parser(sub) -> None:
+    """``merge``: the shards' reports joined, then replayed as the unsharded matrix would."""
     merge = sub.add_parser(
         "merge",
         help="join the --json reports of `matrix --shard I/N` into the unsharded matrix's report,"
@@ -159,10 +173,8 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _matrix(args: argparse.Namespace) -> int:
-    from mmharness import interrupts, shards
+    from mmharness import interrupts
     from mmharness.commands.check import against_target
-    from mmharness.matrix import run_matrix
-    from mmharness.progress import Progress
     from mmharness.runner import deadline_for
 
     apply_env(args)
@@ -174,72 +186,92 @@ def _matrix(args: argparse.Namespace) -> int:
     writable("--findings", args.findings, directory=True)
     writable("--json", args.json)
     deadline = deadline_for(args.profile, "cpu", args.deadline)
-    targets = args.targets
-    if args.shard:
-        index, count = args.shard
-        targets = shards.share(args.targets, index, count)
-        if not targets:  # nothing would run, yet its report would merge as a share that did
-            raise UsageError(
-                f"--shard {index}/{count}: this share has no targets ({len(args.targets)} target(s) over"
-                f" {count} shards): run at most {len(args.targets)} shard(s)"
-            )
-        print(f"shard {index}/{count}: {len(targets)} of {len(args.targets)} targets", file=sys.stderr)
-
+    targets = _share(args)
     with interrupts.handled():  # one block: a signal between the search and the replay stops cleanly too
-        with Progress(len(targets), "targets", stream=sys.stderr) as progress:
-            same_as: dict[str, str] = {}
-
-            def keyed(found: dict[str, str]) -> None:
-                same_as.update(found)
-                if found:
-                    searched = f"{len(targets) - len(found)} of {len(targets)} targets, one per engine code"
-                    print(f"searching {searched}", file=sys.stderr)
-
-            def done(spec: str, cells: int | None) -> None:
-                ran = f"{cells} checks" if cells == len(checks) else f"{cells} of {len(checks)} (interrupted)"
-                if spec in same_as:
-                    ran += f", the cells of {same_as[spec]} (same code)"
-                progress.line(f"  {spec}: {'could not load' if cells is None else ran}")
-
-            matrix = run_matrix(
-                targets,
-                checks,
-                args.profile,
-                max_examples=args.max_examples,
-                seed=args.seed,
-                workers=workers,
-                progress=done,
-                command=command_line(args.argv),
-                findings=args.findings,
-                deadline=args.deadline,
-                replay=False,
-                against=args.against,
-                dedup=args.dedup,
-                keyed=keyed,
-                shrink=not args.replay,  # each class is shrunk once, before its replay (here or by merge)
-            )
+        matrix = _searched(args, targets, checks, workers)
         if args.replay and not args.shard and not matrix.interrupted:
             _replay(matrix, workers, args.deadline, args.findings)
     _show_matrix(matrix, strict=args.strict, deadline=deadline, grid=args.grid)
     if args.json:
-        document = matrix.as_json(strict=args.strict)
-        if args.shard:
-            settings = shards.Settings.of_run(
-                args.profile,
-                args.seed,
-                args.max_examples,
-                deadline,
-                args.strict,
-                no_replay=not args.replay,
-                against=args.against,
-            )
-            whole = command_line(_unsharded(args.argv))
-            shard = shards.Shard(*args.shard, tuple(args.targets), settings, whole)
-            document = shards.report(matrix, shard)
-        write_output("--json", args.json, json.dumps(document, indent=2) + "\n")
+        write_output("--json", args.json, json.dumps(_document(args, matrix, deadline), indent=2) + "\n")
     if matrix.interrupted:
         return interrupts.exit_code()
     return _matrix_exit_code(matrix, strict=args.strict)
+
+
+def _share(args: argparse.Namespace) -> list[str]:
+    """The targets this run searches: all of them, or a shard's share (refused where it has none)."""
+    from mmharness import shards
+
+    if not args.shard:
+        return args.targets
+    index, count = args.shard
+    targets = shards.share(args.targets, index, count)
+    if not targets:  # nothing would run, yet its report would merge as a share that did
+        raise UsageError(
+            f"--shard {index}/{count}: this share has no targets ({len(args.targets)} target(s) over"
+            f" {count} shards): run at most {len(args.targets)} shard(s)"
+        )
+    print(f"shard {index}/{count}: {len(targets)} of {len(args.targets)} targets", file=sys.stderr)
+    return targets
+
+
+def _searched(args: argparse.Namespace, targets: list[str], checks, workers: int):
+    """Every target's column, a progress line each (and which share one search, being the same code)."""
+    from mmharness.matrix import run_matrix
+    from mmharness.progress import Progress
+
+    with Progress(len(targets), "targets", stream=sys.stderr) as progress:
+        same_as: dict[str, str] = {}
+
+        def keyed(found: dict[str, str]) -> None:
+            same_as.update(found)
+            if found:
+                searched = f"{len(targets) - len(found)} of {len(targets)} targets, one per engine code"
+                print(f"searching {searched}", file=sys.stderr)
+
+        def done(spec: str, cells: int | None) -> None:
+            ran = f"{cells} checks" if cells == len(checks) else f"{cells} of {len(checks)} (interrupted)"
+            if spec in same_as:
+                ran += f", the cells of {same_as[spec]} (same code)"
+            progress.line(f"  {spec}: {'could not load' if cells is None else ran}")
+
+        return run_matrix(
+            targets,
+            checks,
+            args.profile,
+            max_examples=args.max_examples,
+            seed=args.seed,
+            workers=workers,
+            progress=done,
+            command=command_line(args.argv),
+            findings=args.findings,
+            deadline=args.deadline,
+            replay=False,
+            against=args.against,
+            dedup=args.dedup,
+            keyed=keyed,
+            shrink=not args.replay,  # each class is shrunk once, before its replay (here or by merge)
+        )
+
+
+def _document(args: argparse.Namespace, matrix, deadline: float | None) -> dict:
+    """The ``--json`` report: the matrix's, or a shard's (with what ``merge`` needs to join it)."""
+    from mmharness import shards
+
+    if not args.shard:
+        return matrix.as_json(strict=args.strict)
+    settings = shards.Settings.of_run(
+        args.profile,
+        args.seed,
+        args.max_examples,
+        deadline,
+        args.strict,
+        no_replay=not args.replay,
+        against=args.against,
+    )
+    whole = command_line(_unsharded(args.argv))
+    return shards.report(matrix, shards.Shard(*args.shard, tuple(args.targets), settings, whole))
 
 
 def _replay(matrix, workers: int, deadline: float | None, findings: str | None = None) -> None:
