@@ -336,6 +336,8 @@ def _report(plan, ledger, done, args, figures: dict | None) -> None:
         console.summary(ledger.records)
         + (f"; {tolerated} finding(s) tolerated by the baseline" if plan.baseline else "")
     )
+    for line in console.explained(ledger.records, strict=plan.strict):
+        print(line)
     _baseline_notes(plan, ledger)
     if figures is not None:
         print("\n" + reach.render(figures))

@@ -117,6 +117,17 @@ def _attribute_gap(error: BaseException) -> HarnessGap | None:
     )
 
 
+_OWN_TARGETS = ("mmharness.reference", "mmharness.targets.reference", "mmharness.targets.engine_model")
+"""Targets whose code is the harness's: what the supply code they call raises is their answer."""
+
+
+def _for_own_target(kept: list[tuple[str, str]]) -> bool:
+    """Whether the supply code that raised was called by one of the harness's own targets (the
+    reference's splitter refusing an item, say): the innermost caller that is no supply decides."""
+    caller = next((module for module, _ in reversed(kept) if not is_supply(module)), "")
+    return any(caller == name or caller.startswith(name + ".") for name in _OWN_TARGETS)
+
+
 def _raised_gap(error: BaseException) -> HarnessGap | None:
     """A raise in supply code, or in harness code that engine code called."""
     frames = [
@@ -124,7 +135,7 @@ def _raised_gap(error: BaseException) -> HarnessGap | None:
         for frame, _ in traceback.walk_tb(error.__traceback__)
     ]
     kept = [(module, name) for module, name in frames if module.partition(".")[0] not in _LIBRARIES]
-    if not kept or not kept[-1][0].startswith("mmharness."):
+    if not kept or not kept[-1][0].startswith("mmharness.") or _for_own_target(kept):
         return None
     module, name = kept[-1]
     called_by_engine = len(kept) > 1 and not kept[-2][0].startswith("mmharness.")

@@ -135,6 +135,17 @@ def summary(ledger: Sequence[records.Record]) -> str:
     return text + (f", {stopped} did not finish" if stopped else "")
 
 
+def explained(ledger: Sequence[records.Record], *, strict: bool) -> list[str]:
+    """What a newcomer needs to read the verdicts: what a hazard is, where one was found."""
+    hazards = sum(row.status == records.HAZARD for row in rows(ledger))
+    if not hazards or strict:
+        return []
+    return [
+        f"{hazards} hazard(s): the target follows the rules, which let a user's data be lost or misused"
+        " there (docs/rules.md, Hazards); shown, they fail the run only under --strict"
+    ]
+
+
 def table(ledger: Sequence[records.Record], stream: TextIO | None = None) -> None:
     """Every unit as a row of the summary table."""
     from mmharness.progress import summary_table
