@@ -1,32 +1,25 @@
 """``--against SPEC``: every case on two targets, each difference a *change* judged by the rules.
 
-A check run ``against`` a known-good target runs its property twice on each
-case: on the target (``Recorded``, which keeps a transcript of every call of a
-target method: its path, its outcome normalised so two targets' compare
-exactly, and the encoder calls it made) and on the other target, with the same
-case and params. What the two did is then one of:
+A check run ``against`` a known-good target runs its property on each case on
+both (``Recorded`` keeps a transcript of every target call: its path, its
+outcome normalised so two targets' compare exactly, the encoder calls, the
+cache events), on the paths both have (``shared_paths``: a changed default is
+one note, ``path_note``, and the comparison goes on). What the two did is one of:
 
-- a **regression**: the target breaks a rule where the other did not (or breaks
-  one at least as badly in another way); a divergence, so it fails the run;
-- a **fix**: the reverse; a hazard (shown; fails only under ``--strict``);
+- a **regression**: the target diverges where the other does not: it fails the run;
+- **inherited**: both diverge on the case, differently (the other fails here too);
+- **permitted**: the target's worst is a hazard, which the rules permit;
+- a **fix**: the other fails worse;
 - a **neutral change**: both follow the rules (or fail the same way) but an
   observable differs (rows, a refusal or its message, a mask, the steps, the
-  encoder calls, the cache events, the calls made: another path); a hazard as well.
+  encoder calls, the cache events where both observe them, the calls made).
 
-Cache events (``Target.cache_events``: hits, misses, insertions, evictions, in
-order) are compared where both targets observe their cache; a target that
-cannot returns ``None`` and nothing is compared for it, never a change. They
-show what the rows cannot: an engine's cache evicting its newest free entry
-where the other evicts its oldest.
-
-Each is raised as the runner's ``Failure`` with a signature of its own
-(``regression: ``, ``fix: ``, ``neutral change (OBSERVABLE): ``), so Hypothesis
-shrinks and saves each class apart, and reports, exit codes and baselines read
-them as they read any finding. What both targets do alike is no change and is
-not reported: a run without ``--against`` shows the target's own findings.
-
-A could-not-test on either side passes through as could-not-test; a case past
-its deadline (the two runs share one) is the runner's "did not finish".
+All but a regression are hazards (shown; fatal under ``--strict``). Each is the
+runner's ``Failure`` marked with its change (``Failure.compared``, read by the
+records and reports) and signed ``KIND: ...``, so the search shrinks each class
+apart and a baseline names it. What both do alike is no change. A
+could-not-test on either side passes through as could-not-test; a case past its
+deadline (the two runs share one) is the runner's "did not finish".
 """
 
 from __future__ import annotations
@@ -38,19 +31,25 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from mmharness.checks.common import unreceived
-from mmharness.checks.outcome import DIVERGENCE, HAZARD, CouldNotTest, Failure, Hazard, template, unfinished
+from mmharness.checks.outcome import (
+    DIVERGENCE,
+    HAZARD,
+    Compared,
+    CouldNotTest,
+    Failure,
+    Hazard,
+    template,
+    unfinished,
+)
 from mmharness.deadline import DidNotFinish, Unfinished
 from mmharness.model import Case
+from mmharness.records import CHANGES, FIX, INHERITED, NEUTRAL, PERMITTED, REGRESSION
 from mmharness.targets.base import Encoder
 
 if TYPE_CHECKING:
     from mmharness.checks.registry import Check
     from mmharness.runner import Result
     from mmharness.targets.base import Target
-
-REGRESSION, FIX, NEUTRAL = "regression", "fix", "neutral"
-CHANGES = (REGRESSION, FIX, NEUTRAL)
-"""The kinds of change, in the order a report names them."""
 
 UNRECORDED = frozenset({"describe", "notes", "new_cache", "cache_events", "unreceived"})
 """Public methods whose answers are not observables: a cache is handed back to the target untouched;
@@ -151,15 +150,17 @@ class Recorded:
     interrupted by a ``BaseException`` (a deadline) is not recorded.
     """
 
-    def __init__(self, target: Target) -> None:
+    def __init__(self, target: Target, paths: Sequence[str] = ()) -> None:
         self._target = target
+        self._paths = tuple(paths)
         self.calls: list[Call] = []
 
     name = property(lambda self: self._target.name)
     capabilities = property(lambda self: self._target.capabilities)
     missing = property(lambda self: getattr(self._target, "missing", {}))
     unloaded = property(lambda self: getattr(self._target, "unloaded", {}))
-    paths = property(lambda self: self._target.paths)
+    paths = property(lambda self: self._paths or self._target.paths)
+    """The paths a comparison runs both targets on (``shared_paths``), else the target's own."""
 
     def describe(self) -> dict[str, Any]:
         return self._target.describe()
@@ -412,7 +413,8 @@ def compare(check: Check, target: Target, other: Target, case: Any, params: dict
     input, not of behaviour."""
     if isinstance(case, Case) and any(unreceived(t, case) is not None for t in (target, other)):
         return
-    mine, theirs = _run(check, target, case, params), _run(check, other, case, params)
+    paths = shared_paths(target, other)
+    mine, theirs = _run(check, target, case, params, paths), _run(check, other, case, params, paths)
     if isinstance(mine.failure, CouldNotTest):
         raise mine.failure
     if isinstance(theirs.failure, CouldNotTest):
@@ -424,18 +426,36 @@ def compare(check: Check, target: Target, other: Target, case: Any, params: dict
             signature=f"{OTHER_GAP}{f.signature}",
         )
     if mine.signature != theirs.signature:
-        if mine.failure is not None and (
-            theirs.failure is None or _severity(mine.failure.kind) >= _severity(theirs.failure.kind)
-        ):
-            _regression(mine, theirs)
-        _fix(mine, theirs)
+        _judge(mine, theirs)
     difference = first_difference(mine.target.calls, theirs.target.calls)
     if difference is not None:
         _neutral(difference, mine, theirs)
 
 
-def _run(check: Check, target: Target, case: Any, params: dict) -> Side:
-    side = Side(Recorded(target))
+def shared_paths(target: Target, other: Target) -> tuple[str, ...]:
+    """The paths both targets have, in the target's order: a comparison runs both on these, so a
+    changed default (vLLM 0.33's v1, 0.34's v2) does not stop it at the first call. Empty where they
+    share none: each then runs its own, compared call by call."""
+    theirs = set(other.paths)
+    return tuple(path for path in target.paths if path in theirs)
+
+
+def path_note(target: Target, other: Target, spec: str) -> str | None:
+    """The one note a comparison gives a changed default path, or paths only one side has."""
+    mine, theirs = tuple(target.paths), tuple(other.paths)
+    if mine == theirs:
+        return None
+    shared = shared_paths(target, other)
+    if not shared:
+        return f"no path in common ({', '.join(mine)} here, {', '.join(theirs)} on {spec}): each runs its own"
+    note = f"paths {', '.join(mine)} here, {', '.join(theirs)} on {spec}: both run on {', '.join(shared)}"
+    if mine[0] != theirs[0]:
+        note = f"the default path changed ({theirs[0]} on {spec}, {mine[0]} here); " + note
+    return note
+
+
+def _run(check: Check, target: Target, case: Any, params: dict, paths: Sequence[str] = ()) -> Side:
+    side = Side(Recorded(target, paths))
     try:
         check.property(side.target, case, copy.deepcopy(params))
     except DidNotFinish:
@@ -447,40 +467,74 @@ def _run(check: Check, target: Target, case: Any, params: dict) -> Side:
     return side
 
 
-def _regression(mine: Side, theirs: Side) -> None:
-    if theirs.failure is None:
-        how = f"{mine.target.name} fails where {theirs.target.name} passes"
-    else:
-        how = f"{mine.target.name} fails differently from {theirs.target.name}, at least as badly"
-    _judged(Failure, "regression", how, mine.failure, mine, theirs)
-
-
-def _fix(mine: Side, theirs: Side) -> None:
-    if mine.failure is None:
-        how = f"{mine.target.name} passes where {theirs.target.name} fails"
-    else:
-        how = f"{mine.target.name} fails less badly than {theirs.target.name} ({mine.failure.kind})"
-    _judged(Hazard, "fix", how, theirs.failure, mine, theirs)
+def _judge(mine: Side, theirs: Side) -> None:
+    """Two sides that fail differently on one case, judged by the rules: a *regression* only where the
+    target diverges and the other does not; where both diverge the failure is *inherited* (the other
+    fails on this case too); where the target's worst is a hazard the rules permit it (*permitted*);
+    a *fix* where the other fails worse."""
+    a = _severity(mine.failure.kind) if mine.failure else 0
+    b = _severity(theirs.failure.kind) if theirs.failure else 0
+    me, them = mine.target.name, theirs.target.name
+    if a < b:
+        how = (
+            f"{me} passes where {them} fails"
+            if mine.failure is None
+            else f"{me} fails less badly than {them}"
+        )
+        _judged(Hazard, FIX, how, theirs.failure, mine, theirs)
+    if a == _severity(DIVERGENCE) and b == a:
+        _judged(
+            Hazard, INHERITED, f"{me} and {them} both diverge here, differently", mine.failure, mine, theirs
+        )
+    if a == _severity(DIVERGENCE):
+        how = (
+            f"{me} fails where {them} passes"
+            if theirs.failure is None
+            else f"{me} diverges where {them} only warns"
+        )
+        _judged(Failure, REGRESSION, how, mine.failure, mine, theirs)
+    _judged(
+        Hazard,
+        PERMITTED,
+        f"{me} shows a hazard the rules permit, {them} another or none",
+        mine.failure,
+        mine,
+        theirs,
+    )
 
 
 def _judged(kind: type[Failure], change: str, how: str, failed: Failure, mine: Side, theirs: Side) -> None:
-    """Raise the change as ``kind``: its signature the failing side's, prefixed with the change."""
-    raise kind(
-        f"{change}: {how}: {failed.kind} {failed.message}",
-        expected=theirs.shown(),
-        actual=mine.shown(),
-        signature=f"{change}: {failed.signature}",
+    """Raise the change as ``kind``: its class the change and the failing side's signature."""
+    raise _change(
+        kind(
+            f"{change}: {how}: {failed.kind} {failed.message}",
+            expected=theirs.shown(),
+            actual=mine.shown(),
+            signature=f"{change}: {failed.signature}",
+        ),
+        Compared(change, basis=failed.signature),
     )
 
 
 def _neutral(difference: Difference, mine: Side, theirs: Side) -> None:
     both = "both follow the rule" if mine.failure is None else "both fail the same way"
-    raise Hazard(
-        f"neutral change ({difference.observable}): {both}; {difference.where} differs",
-        expected=f"{theirs.target.name}: {difference.theirs}",
-        actual=f"{mine.target.name}: {difference.mine}",
-        signature=f"neutral change ({difference.observable}): {template(_no_position(difference.where))}",
+    where = template(_no_position(difference.where))
+    raise _change(
+        Hazard(
+            f"neutral change ({difference.observable}): {both}; {difference.where} differs",
+            expected=f"{theirs.target.name}: {difference.theirs}",
+            actual=f"{mine.target.name}: {difference.mine}",
+            signature=f"neutral change ({difference.observable}): {where}",
+        ),
+        Compared(NEUTRAL, difference.observable, where),
     )
+
+
+def _change(failure: Failure, compared: Compared) -> Failure:
+    """``failure`` marked as the change ``compared`` (records and reports read the change from there;
+    the signature keeps each class apart for the search and names it in baselines)."""
+    failure.compared = compared
+    return failure
 
 
 def _no_position(where: str) -> str:
@@ -542,16 +596,16 @@ OTHER_GAP = "against: "
 
 
 def compared(signature: str) -> bool:
-    """Whether a finding's signature is one a run with ``--against`` gives (a change, or the other's gap)."""
-    return change_of(signature) is not None or signature.startswith(OTHER_GAP)
+    """Whether a baseline entry's signature is one a run with ``--against`` gives (a change, or the other's
+    gap): how a baseline written before it recorded its mode is read."""
+    return (
+        signature.startswith(OTHER_GAP)
+        or any(signature.startswith(f"{kind}: ") for kind in CHANGES)
+        or (signature.startswith("neutral change ("))
+    )
 
 
-def change_of(signature: str) -> str | None:
-    """The kind of change a finding's signature names (``None``: not a change)."""
-    if signature.startswith("regression: "):
-        return REGRESSION
-    if signature.startswith("fix: "):
-        return FIX
-    if signature.startswith("neutral change ("):
-        return NEUTRAL
-    return None
+def change_of(finding: Any) -> str | None:
+    """The kind of change a finding (``runner.Finding``) is (``None``: not a change)."""
+    compared = finding.failure.compared
+    return None if compared is None else compared.change

@@ -121,6 +121,7 @@ def render(matrix: Matrix, notes: Sequence[Note], *, command: str = "", picture:
     if picture:
         lines += [f"![The classes of finding x the releases]({picture})", ""]
     lines += _replay_paragraph(matrix)
+    lines += _stopped_running(matrix, short)
     lines += _verdict_table(matrix, short)
     for kind, title in (
         (DIVERGENCE, "Divergences"),
@@ -150,6 +151,19 @@ def _replay_paragraph(matrix: Matrix) -> list[str]:
         " release in its range may be missing (remake the matrix without `--no-replay` for exact ranges).",
         "",
     ]
+
+
+def _stopped_running(matrix: Matrix, short: dict[str, str]) -> list[str]:
+    """The checks that stopped running from one release to the next, first: what a run no longer tests."""
+    stopped = matrix.stopped_running()
+    if not stopped:
+        return []
+    lines = ["## Checks that stopped running", ""]
+    lines += [
+        f"- `{one.check}`: ran on {short[one.last]}, skipped from {short[one.target]} on: {one.reason}"
+        for one in stopped
+    ]
+    return [*lines, ""]
 
 
 def _verdict_table(matrix: Matrix, short: dict[str, str]) -> list[str]:
@@ -261,6 +275,16 @@ PICTURE_COLORS = {
     ERROR: ("#404040", "error (did not load) / not run"),
 }
 """A picture cell's colour and legend per state (``NOT_RUN`` is drawn as ``ERROR``)."""
+ROW_LABEL, COLUMN_LABEL = 90, 40
+"""Characters a picture's row (class) and column (release) labels keep: the figure's size follows the
+longest label, so a long target name (a path, a spec of 20,000 characters) would draw a figure of
+gigabytes; a longer label is cut, ending in an ellipsis."""
+ELLIPSIS = "\u2026"
+
+
+def cut(label: str, width: int) -> str:
+    """``label`` in at most ``width`` characters: cut, its last one an ellipsis, where longer."""
+    return label if len(label) <= width else label[: width - 1] + ELLIPSIS
 
 
 def classes(matrix: Matrix, notes: Sequence[Note]) -> list[GridRow]:
@@ -286,7 +310,8 @@ def draw(rows: Sequence[GridRow], columns: Sequence[str], path: str, *, title: s
     states = list(PICTURE_COLORS)
     code = {s: k for k, s in enumerate(states)} | {NOT_RUN: states.index(ERROR)}
     values = [[code[s] for s in row.states] for row in rows]
-    labels = [r.label if len(r.label) <= 90 else r.label[:89] + "\u2026" for r in rows]
+    labels = [cut(r.label, ROW_LABEL) for r in rows]
+    columns = [cut(c, COLUMN_LABEL) for c in columns]
     cell = 0.2  # inches
     width = 4.5 + 0.062 * max(map(len, labels), default=10) + cell * len(columns)  # 3 for the legend
     height = 2.2 + 0.06 * max(map(len, columns), default=4) + cell * len(rows)

@@ -46,13 +46,15 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from mmharness.jsonfile import JSONFileError, read_json
-from mmharness.runner import SKIPPED, Example, Finding, Result
+from mmharness.records import Record
+from mmharness.runner import SKIPPED, Example, Result
+from mmharness.views import rows
 
 if TYPE_CHECKING:
     from mmharness.targets.base import Target
@@ -75,36 +77,6 @@ class Entry:
     case_hash: str | None = None
     example: Example | None = field(default=None, compare=False)
     """The shrunk case, replayed by ``recheck`` (``None``: kept by no baseline before cases were)."""
-
-
-@dataclass
-class Change:
-    """A known finding whose own case, replayed, no longer fails the way its entry recorded."""
-
-    entry: Entry
-    now: Result
-    """The replay: passed, or failed only in other ways."""
-    saved: str | None = None
-    """Where ``check`` saved the case, for ``replay``."""
-
-    def as_json(self) -> dict:
-        """As the ``--json`` report lists it (``baseline_changes``)."""
-        return {
-            "check": self.entry.check,
-            "device": self.entry.device,
-            "signature": self.entry.signature,
-            "kind": self.entry.kind,
-            "now": [{"kind": f.kind, "signature": f.signature} for f in self.now.findings],
-            "shown": self.shown(),
-            "saved": self.saved,
-        }
-
-    def shown(self) -> str:
-        if not self.now.findings:
-            return "its case now passes"
-        return "its case now fails otherwise: " + "; ".join(
-            f"{f.kind}: {f.signature}" for f in self.now.findings
-        )
 
 
 def identity(target: Target, spec: str) -> dict:
@@ -165,13 +137,11 @@ def behaviour_key(target: Target) -> str | None:
 def _settings_read(target: Target, files: list[str]) -> dict | None:
     """The declared settings the loaded ``files`` may read, with their values now; ``None`` when the
     target's settings cannot be seen or a file cannot be read. ``{}`` for a load with no engine shims."""
-    from mmharness.targets.loader import NoShims
     from mmharness.targets.settings import Unknown
 
-    shims = getattr(getattr(target, "engine", None), "shims", None)
-    declarations = getattr(getattr(shims, "settings", None), "declarations", None)
+    declarations = target.declared_settings()
     if declarations is None:
-        return {} if isinstance(shims, NoShims) else None
+        return None
     try:
         code = "".join(Path(f).read_text(errors="replace") for f in files)
     except OSError:
@@ -282,19 +252,27 @@ class Baseline:
     """Whether its findings come from a run with ``--against``, which signs them as changes (``None``:
     it cannot tell: no findings). A run tolerates only findings signed its own way (``mode_problem``)."""
 
-    def tolerates(self, result: Result, finding: Finding) -> bool:
+    def signatures(self) -> dict[tuple[str, str], frozenset[str]]:
+        """``(check, device)`` -> the signatures known there (an entry of any way of failing left out)."""
+        known: dict[tuple[str, str], set[str]] = {}
+        for e in self.entries:
+            if e.signature is not None:
+                known.setdefault((e.check, e.device), set()).add(e.signature)
+        return {unit: frozenset(signatures) for unit, signatures in known.items()}
+
+    def knows(self, check: str, device: str, signature: str) -> bool:
+        """Whether a finding of ``check`` on ``device`` failing as ``signature`` is a known one."""
         return any(
-            e.check == result.check.id
-            and e.device == result.device
-            and (e.signature is None or e.signature == finding.signature)
+            e.check == check and e.device == device and (e.signature is None or e.signature == signature)
             for e in self.entries
         )
 
-    def stale(self, results: Iterable[Result]) -> list[Entry]:
+    def stale(self, ledger: Sequence[Record]) -> list[Entry]:
         """Entries without a case (``recheck`` judges the others) of checks that ran whose way of
         failing did not show up."""
-        seen = {(r.check.id, r.device, f.signature) for r in results for f in r.findings}
-        ran = {(r.check.id, r.device) for r in results}
+        units = [row for row in rows(ledger) if row.ran]
+        seen = {(r.check, r.device, f.signature) for r in units for f in r.findings}
+        ran = {(r.check, r.device) for r in units}
         return sorted(
             (
                 e
@@ -384,9 +362,9 @@ def _mode(compared: bool | None) -> str:
     return "with --against" if compared else "without --against"
 
 
-def shallower(known: Baseline, results: Iterable[Result]) -> str | None:
+def shallower(known: Baseline, ledger: Sequence[Record]) -> str | None:
     """A note when this run searched deeper than the baseline did: what is new may only be deeper."""
-    deepest = max((r.examples_run for r in results), default=0)
+    deepest = max((row.examples for row in rows(ledger)), default=0)
     if known.depth is None or deepest <= known.depth:
         return None
     return (
@@ -425,12 +403,13 @@ def _entry(path: str, where: str, e: dict) -> Entry:
 def recheck(
     known: Baseline,
     target: Target,
-    results: Iterable[Result],
+    ran: Mapping[tuple[str, str], float | None],
     *,
     other: Target | None = None,
     other_spec: str = "",
-) -> list[Change]:
-    """Replay each known case of a check that ran; the ones that no longer fail as recorded.
+) -> list[tuple[Entry, Result]]:
+    """Replay each known case of a check that ran (``ran``: each unit that ran to its end, with its
+    deadline); each entry whose case no longer fails as recorded, with its replay.
 
     Exact where the search is not: the case is fixed, and a target loading the same files fails on it
     the same way every time, so a change means the code changed there. A case that did not finish in
@@ -440,43 +419,46 @@ def recheck(
     from mmharness.checks import all_checks
     from mmharness.deadline import SIGNATURE as DID_NOT_FINISH
 
-    ran = {(r.check.id, r.device): r for r in results if r.status != SKIPPED and not r.interrupted}
-    registered = all_checks()  # a worker's result may carry its check compared or not
+    registered = all_checks()
     changes = []
     for entry in sorted(
         known.entries, key=lambda e: (e.check, e.device, e.signature or "", e.case_hash or "")
     ):
-        result = ran.get((entry.check, entry.device))
-        if entry.example is None or result is None or entry.signature == DID_NOT_FINISH:
+        unit = (entry.check, entry.device)
+        if entry.example is None or unit not in ran or entry.signature == DID_NOT_FINISH:
             continue
-        check = registered[entry.check]
         now = replay_case(
-            check, target, entry.example, other=other, other_spec=other_spec, deadline=result.deadline
+            registered[entry.check],
+            target,
+            entry.example,
+            other=other,
+            other_spec=other_spec,
+            deadline=ran[unit],
         )
         if now.status != SKIPPED and all(f.signature != entry.signature for f in now.findings):
-            changes.append(Change(entry, now))
+            changes.append((entry, now))
     return changes
 
 
-def dump(results: list[Result], current: dict, search: dict) -> dict:
+def dump(ledger: Sequence[Record], current: dict, search: dict) -> dict:
     """A baseline of every finding of a run, with how deep the run searched (``search``: its options)."""
-    from mmharness.report import case_document, case_hash
+    from mmharness.views.json_report import case_hash
 
-    deepest = max((r.examples_run for r in results), default=0)
+    units = rows(ledger)
     return {
         "format": FORMAT,
         "target": current,
-        "search": {**search, "examples": deepest},
+        "search": {**search, "examples": max((r.examples for r in units), default=0)},
         "entries": [
             {
-                "check": r.check.id,
+                "check": r.check,
                 "device": r.device,
                 "signature": f.signature,
                 "kind": f.kind,
-                "case_hash": case_hash(f),
-                "case": case_document(f),
+                "case_hash": case_hash(f.case),
+                "case": f.case,
             }
-            for r in results
+            for r in units
             for f in r.findings
         ],
     }

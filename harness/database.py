@@ -19,6 +19,7 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from hypothesis.database import ExampleDatabase
+from mmharness.hypothesis_compat import is_secondary
 from mmharness.storage import cache_dir
 
 NONE = "none"
@@ -117,7 +118,7 @@ class Choices(ExampleDatabase):
         self.saved.append(value)
 
     def fetch(self, key: bytes) -> Iterable[bytes]:
-        return list(self.given) if key.endswith(b".secondary") else []
+        return list(self.given) if is_secondary(key) else []
 
     def delete(self, key: bytes, value: bytes) -> None:
         pass  # nothing shared: a sequence Hypothesis drops is simply not handed back

@@ -8,11 +8,12 @@ loaded gets an ``error`` cell in every row, with its one-line reason, and never
 stops the others. With ``workers > 1`` targets run in that many processes;
 the cells are the same as a serial run's.
 
-Interrupted (``mmharness.interrupts``), a matrix keeps the targets that
-finished and those in progress: there, the cells of the checks that finished,
-the partial cell of the check that was running (``interrupted``, its findings
-unshrunk if need be) and ``NOT_RUN`` cells for the checks that never began; the
-findings saved so far are in its cells, serially or with workers.
+Interrupted (``mmharness.interrupts``), a matrix keeps every target: for those
+in progress, the cells of the checks that finished, the partial cell of the
+check that was running (``interrupted``, its findings unshrunk if need be) and
+``NOT_RUN`` cells for the checks that never began; a target never begun has
+only ``NOT_RUN`` cells (listed as not run, never left out); the findings saved
+so far are in its cells, serially or with workers.
 
 Replay: a search finds a way of failing on a target when its draws happen to
 meet it, so the targets whose own search found a class are a seed's luck, not
@@ -65,6 +66,7 @@ target, so the replay runs each class's case on both as well; the JSON names it
 from __future__ import annotations
 
 import base64
+import dataclasses
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -184,6 +186,16 @@ class ReleaseRange:
         return self.targets[-1]
 
 
+@dataclass(frozen=True)
+class Stopped:
+    """A check that ran on ``last`` and is skipped on ``target``, the next target that loaded."""
+
+    check: str
+    last: str
+    target: str
+    reason: str
+
+
 @dataclass
 class Matrix:
     """Check x target cells, in the order checks and targets were given."""
@@ -196,7 +208,7 @@ class Matrix:
     command: str = ""
     """The command line that made it, kept in the JSON for the atlas."""
     interrupted: bool = False
-    """Stopped by a signal: only the targets that finished or were in progress are in it."""
+    """Stopped by a signal: a target it never began has only ``NOT_RUN`` cells (``begun``)."""
     replay: str = NOT_REPLAYED
     """Whether each class's case was replayed on every target (``REPLAY_DONE``): ranges are exact."""
     against: str | None = None
@@ -205,6 +217,9 @@ class Matrix:
     """Targets were searched once per behaviour key (``baseline.behaviour_key``): see ``same_as``."""
     same_as: dict[str, str] = field(default_factory=dict)
     """Target -> the earlier target with its behaviour key, whose cells it has (not searched itself)."""
+    digests: dict[str, str] = field(default_factory=dict)
+    """Target -> the digest of the engine files it loaded (``baseline.identity``), for those that load
+    any: what its cells are of, which ``merge`` holds a path target to (changed since: refused)."""
 
     @property
     def searched(self) -> list[str]:
@@ -219,10 +234,30 @@ class Matrix:
         cells = [self.cell(c, target) for c in self.checks]
         return not any(cell.interrupted or cell.status == NOT_RUN for cell in cells)
 
+    def begun(self, target: str) -> bool:
+        """Some check began on the target (or it did not load): false for one an interruption kept from
+        starting, every cell ``NOT_RUN``."""
+        return any(self.cell(c, target).status != NOT_RUN for c in self.checks) or not self.checks
+
     def first_failing(self, check_id: str, *, strict: bool = False) -> str | None:
         """The first target (in the order given) it fails on; hazards count when ``strict``."""
         failing = (t for t in self.targets if fails_run(self.cell(check_id, t).status, strict=strict))
         return next(failing, None)
+
+    def stopped_running(self) -> list[Stopped]:
+        """Each check that ran on a target and is skipped on the next one that loaded (in the order
+        given): coverage a change of shape lost (vLLM 0.34 removed the V1 runner), never a silence."""
+        stopped = []
+        for check_id in self.checks:
+            last_ran = None
+            for target in self.targets:
+                cell = self.cell(check_id, target)
+                if cell.status in (ERROR, NOT_RUN):
+                    continue
+                if cell.status == SKIPPED and last_ran is not None:
+                    stopped.append(Stopped(check_id, last_ran, target, cell.reason))
+                last_ran = None if cell.status == SKIPPED else target
+        return stopped
 
     def ranges(self, check_id: str) -> list[ReleaseRange]:
         """Each distinct way the check fails, with the targets that show it, in target order."""
@@ -250,12 +285,14 @@ class Matrix:
             "replay": self.replay,
             "against": self.against,
             "dedup": self.dedup,
+            "stopped_running": [dataclasses.asdict(one) for one in self.stopped_running()],
             "targets": [
                 {
                     "spec": t,
                     "release": self.releases.get(t),
                     "error": self.target_errors.get(t),
                     **({"same_as": self.same_as[t]} if t in self.same_as else {}),
+                    **({"digest": self.digests[t]} if t in self.digests else {}),
                 }
                 for t in self.targets
             ],
@@ -338,6 +375,8 @@ class Matrix:
                 matrix.releases[t["spec"]] = t["release"]
             if t.get("same_as"):
                 matrix.same_as[t["spec"]] = str(t["same_as"])
+            if t.get("digest"):
+                matrix.digests[t["spec"]] = str(t["digest"])
         for c in data["checks"]:
             for spec, cell in c["results"].items():
                 findings = tuple(
@@ -389,8 +428,9 @@ def _column(
     deadline: float | None = None,
     against: str | None = None,
     shrink: bool = True,
-) -> tuple[str, str | None, str | None, dict[str, Cell]]:
-    """One target's cells: ``(spec, release, load error, check id -> cell)``; runs in a worker process.
+) -> tuple[str, str | None, str | None, dict[str, Cell], str | None]:
+    """One target's cells: ``(spec, release, load error, check id -> cell, digest of its files)``; runs
+    in a worker process.
 
     ``against``: the spec each check also runs on (its findings are changes); one that does not load
     is this column's load error, naming it. ``shrink`` False: findings kept as found, with their
@@ -398,6 +438,7 @@ def _column(
     was running, and ``NOT_RUN`` for the checks after it.
     """
     from mmharness import interrupts
+    from mmharness.baseline import identity
     from mmharness.checks import all_checks
     from mmharness.session import Session
     from mmharness.targets.base import TargetError
@@ -407,8 +448,9 @@ def _column(
         target = resolve(spec)
         other = None if against is None else _against_target(against)
     except TargetError as error:
-        return spec, None, str(error), {c: Cell(ERROR, str(error)) for c in check_ids}
+        return spec, None, str(error), {c: Cell(ERROR, str(error)) for c in check_ids}, None
     release = target.describe().get("release")
+    digest = identity(target, spec).get("digest")
     saved_under = Path(findings) / _slug(spec) if findings is not None else None
     options = {"profile": profile, "max_examples": max_examples, "seed": seed, "deadline": deadline}
     session = Session(
@@ -428,7 +470,7 @@ def _column(
             break
     for check_id in check_ids[len(cells) :]:
         cells[check_id] = Cell(NOT_RUN, "interrupted before it began")
-    return spec, (str(release) if release else None), None, cells
+    return spec, (str(release) if release else None), None, cells, digest
 
 
 def _against_target(spec: str) -> Any:
@@ -477,8 +519,8 @@ def run_matrix(
 
     ``progress`` is told each target as its column comes in, with the number of
     checks that ran on it (``None``: it did not load). Interrupted
-    (``mmharness.interrupts``), it keeps the targets that finished and those in
-    progress, and says so (``interrupted``); worker processes are stopped.
+    (``mmharness.interrupts``), it keeps what finished and what was in progress, the targets never
+    begun as not run, and says so (``interrupted``); worker processes are stopped.
     With ``replay`` (unless interrupted), every class's case is then shrunk once (``shrink_classes``:
     the searches shrink nothing) and replayed on every target (``replay_classes``; ``replayed`` is its
     ``progress``). ``shrink``: whether each search shrinks what it finds (default: not when replaying;
@@ -494,7 +536,8 @@ def run_matrix(
         try:
             matrix.same_as, matrix.releases = same_code(specs, workers)
         except KeyboardInterrupt:  # stopped while loading the targets: nothing searched
-            matrix.interrupted, matrix.targets, matrix.releases = True, [], {}
+            matrix.interrupted, matrix.releases = True, {}
+            _not_begun(matrix)
             return matrix
     if matrix.dedup and keyed:
         keyed(dict(matrix.same_as))
@@ -507,9 +550,7 @@ def run_matrix(
         _collect(matrix, columns, progress)
     except KeyboardInterrupt:
         matrix.interrupted = True
-        begun = {t for (_, t), cell in matrix.cells.items() if cell.status != NOT_RUN}
-        matrix.targets = [t for t in matrix.targets if t in begun]
-        matrix.cells = {(c, t): cell for (c, t), cell in matrix.cells.items() if t in begun}
+        _not_begun(matrix)
     finally:
         columns.close()  # stops the workers
     if replay and not matrix.interrupted:
@@ -517,6 +558,14 @@ def run_matrix(
         if not matrix.interrupted:
             replay_classes(matrix, workers=workers, deadline=deadline, progress=replayed)
     return matrix
+
+
+def _not_begun(matrix: Matrix) -> None:
+    """An interrupted matrix's targets whose columns never began: kept, every cell ``NOT_RUN``, so the
+    report lists them as not run rather than leaving them out (a matrix of fewer targets)."""
+    for target in matrix.targets:
+        for check_id in matrix.checks:
+            matrix.cells.setdefault((check_id, target), Cell(NOT_RUN, "interrupted before it began"))
 
 
 @dataclass(frozen=True)
@@ -623,6 +672,36 @@ def shrink_classes(
 def _searched(cell: Cell, signature: str) -> Seen | None:
     """The cell's finding of that signature by its target's own search (or its code's), if any."""
     return next((s for s in cell.findings if s.signature == signature and s.by == SEARCH), None)
+
+
+def save_found(matrix: Matrix, findings: str) -> None:
+    """Write each finding's case (as its shard found it) under ``findings/TARGET/``, its ``saved`` the file:
+    ``merge`` does so before it shrinks, so an interrupted merge keeps every case, and ``shrink_classes``
+    then puts each shrunk case in place of its class's. A target of the same code as an earlier one
+    shares that one's file, as the unsharded run's does."""
+    from mmharness import payload, report
+    from mmharness.checks import all_checks
+
+    checks, written = all_checks(), {}
+    for target in [*matrix.searched, *matrix.same_as]:
+        if target not in matrix.targets:
+            continue
+        for check_id in matrix.checks:
+            cell = matrix.cell(check_id, target)
+            saved = []
+            for seen in cell.findings:
+                key = (check_id, matrix.same_as.get(target, target), seen.signature)
+                if seen.by == SEARCH and seen.case is not None and key not in written:
+                    try:
+                        document, check = payload.loads_document(seen.case), checks[check_id]
+                    except (payload.PayloadError, KeyError) as error:
+                        raise NotAMatrix(f"{check_id} on {target}: its case does not load: {error}") from None
+                    example = (document.case, document.params)
+                    note = f"{seen.kind}: {seen.message}"
+                    directory = Path(findings) / _slug(target)
+                    written[key] = report.save_case(check, example, target, directory, note)
+                saved.append(replace(seen, saved=written.get(key, seen.saved)) if seen.by == SEARCH else seen)
+            matrix.cells[(check_id, target)] = replace(cell, findings=tuple(saved))
 
 
 def _worse(status: str, kind: str) -> str:
@@ -896,11 +975,13 @@ def _collect(matrix: Matrix, columns, progress) -> None:
     """Each column as it comes (in the order of the targets), and the same cells for each target of the
     same code; an interruption ends it after the last."""
     others = copies(matrix)
-    for spec, release, error, cells in columns:
+    for spec, release, error, cells, digest in columns:
         if error is not None:
             matrix.target_errors[spec] = error
         if release:
             matrix.releases[spec] = release
+        if digest:  # a target of the same code loads the same files: the same digest
+            matrix.digests.update({target: digest for target in (spec, *others.get(spec, ()))})
         for check_id, cell in cells.items():
             matrix.cells[(check_id, spec)] = cell
             for other in others.get(spec, ()):
@@ -942,6 +1023,8 @@ def render(matrix: Matrix, *, color: bool = False, strict: bool = False, grid: b
     lines = []
     if matrix.against:  # what every finding below is relative to
         lines.append(f"against: {matrix.against} (each finding a change from it: regression, fix, neutral)")
+    for one in matrix.stopped_running():  # what the later targets no longer test, before any verdict
+        lines.append(f"stopped running: {one.check} ran on {one.last}, skipped on {one.target}: {one.reason}")
     if grid:
         lines += grid_lines(matrix, color=color)
     else:
@@ -961,16 +1044,24 @@ def render(matrix: Matrix, *, color: bool = False, strict: bool = False, grid: b
     for spec, error in matrix.target_errors.items():
         lines.append(f"{spec}: {error}")
     if matrix.interrupted:
-        finished = sum(matrix.finished(t) for t in matrix.targets)
-        line = f"interrupted: {finished} target(s) finished"
-        in_progress = len(matrix.targets) - finished
-        if in_progress:
-            line += (
-                f", {in_progress} in progress ({PARTIAL}: a check stopped part-way,"
-                f" {SYMBOLS[NOT_RUN]}: one not begun)"
-            )
-        lines.append(line)
+        lines.append(_interrupted_line(matrix))
     return "\n".join(lines)
+
+
+def _interrupted_line(matrix: Matrix) -> str:
+    """How far an interrupted matrix got: targets finished, in progress, and never begun (not run)."""
+    finished = sum(matrix.finished(t) for t in matrix.targets)
+    unbegun = [t for t in matrix.targets if not matrix.begun(t)]
+    line = f"interrupted: {finished} target(s) finished"
+    in_progress = len(matrix.targets) - finished - len(unbegun)
+    if in_progress:
+        line += (
+            f", {in_progress} in progress ({PARTIAL}: a check stopped part-way,"
+            f" {SYMBOLS[NOT_RUN]}: one not begun)"
+        )
+    if unbegun:
+        line += f", {len(unbegun)} not run, never begun: {', '.join(unbegun)}"
+    return line
 
 
 @dataclass(frozen=True)

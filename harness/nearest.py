@@ -33,7 +33,10 @@ changes include a regression (a rule the target breaks where that release
 follows it), 0 when the nearest behaves identically or differs only by fixes
 and neutral changes, 4 when no candidate could be compared; the JSON holds the
 ranking, every candidate's checks, and the nearest's changes with their
-judgement, shrunk case and replay line.
+judgement, shrunk case and replay line. Interrupted before every candidate was
+compared to its end, it names no nearest (one not measured may be nearer than
+those that were): the ranking holds the candidates that finished, the rest are
+listed as not compared (``Nearest.unranked``), and the run exits as interrupted.
 """
 
 from __future__ import annotations
@@ -139,9 +142,14 @@ class Nearest:
     changes: list[Result] = field(default_factory=list)
     """The nearest's changed checks searched again with shrinking: each finding a class of change."""
     interrupted: bool = False
+    unranked: tuple[str, ...] = ()
+    """Candidates an interruption kept from being compared to their end (stopped part-way, or never
+    begun): while any is, no candidate is named nearest, since it may be nearer than those measured."""
 
     @property
     def nearest(self) -> Candidate | None:
+        if self.unranked:
+            return None
         usable = [c for c in self.candidates if c.distance()[0] == 0]
         return usable[0] if usable else None
 
@@ -156,7 +164,7 @@ class Nearest:
         chosen = self.nearest
         if chosen is None:
             return False
-        shrunk = (change_of(f.signature) for r in self.changes for f in r.findings)
+        shrunk = (change_of(f) for r in self.changes for f in r.findings)
         return chosen.kinds[REGRESSION] > 0 or REGRESSION in shrunk
 
 
@@ -204,18 +212,19 @@ def compare_all(
     args = [(target_spec, spec, [c.id for c in checks], max_examples) for spec in candidates]
     answers = ordered(_candidate, args, min(workers, len(args)) if args else 1)
     done: list[Candidate] = []
-    interrupted = False
     try:
         for candidate in answers:
             done.append(candidate)
             if progress:
                 progress(candidate)
     except KeyboardInterrupt:
-        interrupted = True
+        pass  # the candidates not done are unranked below
     finally:
         answers.close()  # stops the workers
     ranked = sorted(done, key=Candidate.distance)  # stable: ties keep the order given
-    return Nearest(target_spec, ranked, max_examples, interrupted=interrupted)
+    finished = {c.spec for c in done if not c.interrupted}
+    unranked = tuple(spec for spec in dict.fromkeys(candidates) if spec not in finished)
+    return Nearest(target_spec, ranked, max_examples, interrupted=bool(unranked), unranked=unranked)
 
 
 def _candidate(target_spec: str, spec: str, check_ids: Sequence[str], max_examples: int) -> Candidate:
@@ -259,11 +268,11 @@ def _compared(result: Result) -> Compared:
     check = result.check.id
     if result.status == SKIPPED:
         return Compared(check, NOT_COMPARED, reason=result.reason)
-    changes = [f for f in result.findings if change_of(f.signature) is not None]
+    changes = [f for f in result.findings if change_of(f) is not None]
     if changes:
         first = min(changes, key=lambda f: f.first_failure_at or 0)
         alike = max((first.first_failure_at or 1) - 1, 0)
-        return Compared(check, CHANGED, alike, change_of(first.signature), first.signature)
+        return Compared(check, CHANGED, alike, change_of(first), first.signature)
     if result.findings:  # could not test, or a case past its deadline: no behaviour to compare
         first = result.findings[0]
         return Compared(check, NOT_COMPARED, reason=f"{first.kind}: {first.failure.message}")
@@ -318,7 +327,7 @@ def ranking_lines(nearest: Nearest) -> list[str]:
 
 def change_lines(nearest: Nearest) -> list[str]:
     """What the ranking means: the identical candidates, the nearest, and its changes (each shrunk)."""
-    from mmharness import report
+    from mmharness.views import console
 
     lines = []
     identical = nearest.identical
@@ -327,13 +336,20 @@ def change_lines(nearest: Nearest) -> list[str]:
             "identical on every sample case of every check both run: " + ", ".join(c.spec for c in identical)
         )
     chosen = nearest.nearest
+    if nearest.unranked:
+        compared = len(nearest.candidates) - sum(c.interrupted for c in nearest.candidates)
+        lines.append(
+            f"interrupted: {compared} of {compared + len(nearest.unranked)} candidate(s) compared, not"
+            f" {', '.join(nearest.unranked)}; no nearest is named from part of the candidates"
+        )
+        return lines
     if chosen is None:
         lines.append("no candidate could be compared")
         return lines
     if chosen.identical:
         lines.append(f"nearest: {chosen.spec} (no change)")
         return lines
-    counted = Counter(change_of(f.signature) for r in nearest.changes for f in r.findings)
+    counted = Counter(change_of(f) for r in nearest.changes for f in r.findings)
     kinds = ", ".join(f"{counted[k]} {k}" for k in CHANGES if counted[k])
     lines.append(
         f"nearest: {chosen.spec}, {len(chosen.changed)} of {chosen.checked} checks changed"
@@ -341,8 +357,8 @@ def change_lines(nearest: Nearest) -> list[str]:
     )
     for result in nearest.changes:
         for finding in result.findings:
-            if change_of(finding.signature) is not None:
-                lines += ["", report.finding_details(result, finding, nearest.target, against=chosen.spec)]
+            if change_of(finding) is not None:
+                lines += ["", console.finding_details(result, finding, nearest.target, against=chosen.spec)]
     return lines
 
 
@@ -373,7 +389,7 @@ def as_json(nearest: Nearest, checks: Sequence[str], *, code: int) -> dict:
         {
             "check": result.check.id,
             "rule": result.check.rule,
-            "change": change_of(finding.signature),
+            "change": change_of(finding),
             "kind": finding.kind,
             "signature": finding.signature,
             "message": finding.failure.message,
@@ -387,7 +403,7 @@ def as_json(nearest: Nearest, checks: Sequence[str], *, code: int) -> dict:
         }
         for result in nearest.changes
         for finding in result.findings
-        if change_of(finding.signature) is not None
+        if change_of(finding) is not None
     ]
     return {
         "format": FORMAT,
@@ -398,6 +414,7 @@ def as_json(nearest: Nearest, checks: Sequence[str], *, code: int) -> dict:
         "interrupted": nearest.interrupted,
         "exit": code,
         "nearest": None if chosen is None else chosen.spec,
+        "not_compared": list(nearest.unranked),
         "identical": [c.spec for c in nearest.identical],
         "regression": nearest.regressed,
         "candidates": candidates,

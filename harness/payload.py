@@ -231,7 +231,11 @@ def dump(
 
 def dumps(case: Case, **provenance: Any) -> str:
     """``dump`` as text: fixed key order, indent 2, number arrays on one line, final newline."""
-    document = dump(case, **provenance)  # dump's keyword-only signature rejects a misspelt key
+    return text(dump(case, **provenance))  # dump's keyword-only signature rejects a misspelt key
+
+
+def text(document: dict[str, Any]) -> str:
+    """A document (``dump``'s, or one read back from a report) as ``dumps`` writes it."""
     return _compact_number_arrays(json.dumps(document, indent=2, ensure_ascii=False)) + "\n"
 
 

@@ -78,6 +78,9 @@ def _against(config: pytest.Config) -> str | None:
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "mm_cuda: needs a CUDA device (mmharness skips it without one)")
+    for option in ("--mm-target", "--mm-against"):  # given empty (an unset CI variable): not "not asked"
+        if config.getoption(option) == "":
+            raise pytest.UsageError(f"{option}: empty; give a target spec (reference, sglang==X, a path)")
     if not _asked(config):
         return
     from mmharness.session import Session
@@ -200,9 +203,9 @@ class CheckItem(pytest.Item):
 
     def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException], style: Any = None) -> Any:
         if isinstance(excinfo.value, CheckFailed):
-            from mmharness import report
+            from mmharness.views import console
 
-            return report.failure_details(self.result, _spec(self.config), against=_against(self.config))
+            return console.result_details(self.result, _spec(self.config), against=_against(self.config))
         return super().repr_failure(excinfo, style)
 
     def reportinfo(self) -> tuple[Path, int, str]:

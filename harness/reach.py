@@ -9,13 +9,13 @@ the parent takes the union (``Reached``), so a parallel run reports what a
 serial one does.
 
 The figures are per *rule function*: the functions the target declares
-(``target.rule_functions()`` when it has one, else the functions it found,
-``target.functions.found``), and every function of the loaded files that the
+(``target.rule_functions()``), and every function of the loaded files that the
 run entered at least once. Each function's lines come from ``ast`` (its body,
 less the bodies of functions nested in it, which count on their own); its
 branches are coverage.py's (a line with more than one exit; each exit one
 branch). Every branch no run took is listed with a reason read from the source
-(``REASONS``): the condition that guards it, or the condition of an enclosing
+(``REASONS``, with the names the target's engine adds to a reason,
+``target.branch_reasons()``): the condition that guards it, or the condition of an enclosing
 block that never ran. A reason whose branch cannot be reached on a CPU run
 (CUDA, another platform, distributed, IPC) leaves it out of the CPU-reachable
 figure.
@@ -38,6 +38,7 @@ import re
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any
 
 Arc = tuple[int, int]
@@ -47,7 +48,7 @@ REASONS: tuple[tuple[str, str, bool], ...] = (
     (r"cuda_ipc|CudaIpc|(?<![A-Za-z])ipc(?![A-Za-z])|_ipc\b", "IPC", False),
     (
         r"\bis_cuda\b|torch\.cuda\b|\.type\s*[!=]=\s*[\"']cuda|[\"']cuda[\"']\s*[!=]=|device\s*[!=]=\s*[\"']cuda"
-        r"|\.cuda\(\)|pin_memory|non_blocking|\bhost_offload_event\b",  # SGLang's torch.cuda.Event
+        r"|\.cuda\(\)|pin_memory|non_blocking",
         "CUDA",
         False,
     ),
@@ -76,7 +77,22 @@ NOT_ENTERED = "function not entered"
 DEAD, GUARDED, OUTSIDE = "dead", "guarded by the caller", "outside the rules"
 EXCLUSIONS = (DEAD, GUARDED, OUTSIDE)
 """The kinds of ``Excluded`` branch: no run of the rules takes them, whatever it draws."""
-_REASONS = [(re.compile(pattern, re.MULTILINE), reason, cpu) for pattern, reason, cpu in REASONS]
+Reasons = list[tuple[re.Pattern[str], str, bool]]
+
+
+def reason_table(extra: Mapping[str, str] = MappingProxyType({})) -> Reasons:
+    """``REASONS`` compiled, each reason's pattern widened by ``extra``'s for it (an engine's own names,
+    ``Target.branch_reasons``); a reason ``REASONS`` lacks is a ``ValueError``."""
+    unknown = sorted(set(extra) - {reason for _, reason, _ in REASONS})
+    if unknown:
+        raise ValueError(f"branch reasons {unknown} unknown; known: {[reason for _, reason, _ in REASONS]}")
+    return [
+        (re.compile(pattern + (f"|{extra[reason]}" if reason in extra else ""), re.MULTILINE), reason, cpu)
+        for pattern, reason, cpu in REASONS
+    ]
+
+
+_REASONS = reason_table()
 _CPU_REACHABLE = (
     {reason: cpu for _, reason, cpu in REASONS}
     | {NOT_REACHED: True, NOT_ENTERED: True}
@@ -139,9 +155,8 @@ def flat(text: str) -> str:
 
 
 def excluded_of(target: Any) -> list[Excluded]:
-    """The branches the target says no run of the rules takes (``target.excluded_branches()``), if any."""
-    hook = getattr(target, "excluded_branches", None)
-    return list(hook()) if callable(hook) else []
+    """The branches the target says no run of the rules takes (``target.excluded_branches()``)."""
+    return list(target.excluded_branches())
 
 
 class CoverageMissing(Exception):
@@ -338,12 +353,15 @@ def classify(
     lines: list[str],
     conditions: Mapping[int, tuple[str, range]],
     executed: set[int],
+    *,
+    table: Reasons = _REASONS,
 ) -> tuple[str, str, str]:
     """``(reason, where it was read, that source)`` for the branch ``line -> target`` no run took.
 
     Read in turn: the branch's own condition, the line it would have gone to
     (code only one platform runs, or logging only), and, when the branch line
-    itself never ran, the conditions of the blocks around it, innermost first.
+    itself never ran, the conditions of the blocks around it, innermost first; each against ``table``
+    (``reason_table``).
     """
     own = conditions.get(line, (_line(lines, line), range(0)))[0]
     texts = [(CONDITION, own)]
@@ -355,7 +373,7 @@ def classify(
         )
         texts += [(ENCLOSING, conditions[head][0]) for head in around]
     for where, text in texts:
-        for pattern, reason, _ in _REASONS:
+        for pattern, reason, _ in table:
             if reason == "logging only" and where != TARGET:
                 continue  # logging is read from where the branch goes, never from a condition
             if pattern.search(text):
@@ -368,15 +386,8 @@ def _line(lines: list[str], number: int) -> str:
 
 
 def declared(target: Any) -> dict[str, Any]:
-    """Name -> function the target declares as its rules: ``target.rule_functions()`` where it has
-    one, else ``target.functions.found`` (objects holding ``fn``)."""
-    hook = getattr(target, "rule_functions", None)
-    if callable(hook):
-        return dict(hook())
-    found = getattr(getattr(target, "functions", None), "found", None)
-    if isinstance(found, Mapping):
-        return {name: getattr(entry, "fn", entry) for name, entry in found.items()}
-    return {}
+    """Name -> function the target declares as its rules (``target.rule_functions()``)."""
+    return dict(target.rule_functions())
 
 
 def _where(function: Any) -> tuple[str, int, str] | None:
@@ -411,6 +422,7 @@ def analyse(target: Any, files: list[str], reached: Reached) -> dict[str, Any]:
             wanted.setdefault(where[0], set()).add(where[1])
             named[(where[0], where[1])] = name
     exclusions = excluded_of(target)
+    table = reason_table(target.branch_reasons())
     report: dict[str, Any] = {"files": {}}
     for path in files:
         source = Path(path).read_text(errors="replace")
@@ -444,7 +456,9 @@ def analyse(target: Any, files: list[str], reached: Reached) -> dict[str, Any]:
                         entry |= {"reason": known.kind, "read_from": EXCLUDED, "source": known.condition}
                         entry["why"] = known.why
                     else:
-                        reason, where, text = classify(line, to, lines, conditions, analysis.executed)
+                        reason, where, text = classify(
+                            line, to, lines, conditions, analysis.executed, table=table
+                        )
                         entry |= {"reason": reason, "read_from": where, "source": text}
                     unreached.append(entry)
             off_cpu = sum(not _CPU_REACHABLE[u["reason"]] for u in unreached)

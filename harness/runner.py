@@ -27,8 +27,9 @@ import hashlib
 import math
 import os
 import sys
+import time
 from collections.abc import Callable, Collection, Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 if sys.version_info >= (3, 11):
@@ -36,6 +37,7 @@ if sys.version_info >= (3, 11):
 else:  # Hypothesis's own dependency on 3.10
     from exceptiongroup import BaseExceptionGroup
 
+from mmharness import hypothesis_compat
 from mmharness.checks.outcome import (
     COULD_NOT_TEST,
     DIVERGENCE,
@@ -254,6 +256,9 @@ def run_check(
     stop_at: Collection[str] = (),
     explicit: Sequence[Example] = (),
     shrink: bool = True,
+    on_found: Callable[[Failure], None] | None = None,
+    shrink_seconds: float | None = None,
+    tolerated: Collection[str] = (),
 ) -> Result:
     """Run one check until its example budget is spent, keeping every distinct failure (shrunk).
 
@@ -270,6 +275,11 @@ def run_check(
     finding is kept as found, with its choice sequence (``Finding.choices``) for ``shrink_found``; a
     round then ends at its first new failure, so the same budget draws other cases than a shrinking
     search's. ``matrix`` searches so, then shrinks each class once, on the first target that found it.
+    ``on_found``: told each way of failing as first met, before it is shrunk (the ledger's ``Found``).
+    ``shrink_seconds`` with ``stop_at``: the failure the search stopped at is then shrunk, for that long
+    at most (``--fail-fast``: a first verdict, shrunk, within a CI job's limit); the others are kept
+    as found. ``tolerated``: with ``stop_at``, signatures that pass (a baseline's known findings), so
+    that only a new failure ends the search.
     """
     seconds = deadline_for(profile, device, deadline)
     unrunnable = not_run(check, target, device)
@@ -294,17 +304,34 @@ def run_check(
         seconds,
         shrink=shrink and not stop_at,
         explicit=tuple(explicit),
+        on_found=on_found,
     )
-    search.keep_choices = not shrink and not stop_at
+    bounded = bool(stop_at) and shrink_seconds is not None
+    search.keep_choices = (not shrink and not stop_at) or bounded
+    search.passing = frozenset(tolerated) if stop_at else frozenset()
     round_seed = check_seed(check, seed) if fixed else None
     try:
         while search.spent < budget and len(search.findings) < MAX_FINDINGS:
             if not search.round(round_seed) or any(f.kind in stop_at for f in search.findings.values()):
                 break
             round_seed = check_seed(check, round_seed) if fixed else None
+        if bounded:
+            _shrink_first(search, stop_at, shrink_seconds)
     except KeyboardInterrupt as stop:
         raise Interrupted(search.result(interrupted=True)) from stop
     return search.result()
+
+
+def _shrink_first(search: _Search, stop_at: Collection[str], seconds: float | None) -> None:
+    """The first failure of a ``stop_at`` kind shrunk within ``seconds``, in its finding's place."""
+    first = next((f for f in search.findings.values() if f.kind in stop_at and f.choices), None)
+    if first is None:
+        return
+    others = set(search.findings) - {first.signature}
+    kw = {"known": others, "device": search.device, "deadline": search.deadline, "seconds": seconds}
+    shrunk = shrink_found(search.check, search.target, first.signature, first.choices, **kw)
+    if shrunk and shrunk[0].signature == first.signature:
+        search.findings[first.signature] = replace(shrunk[0], first_failure_at=first.first_failure_at)
 
 
 def fuzz_target(
@@ -352,6 +379,7 @@ def shrink_found(
     known: Collection[str] = (),
     device: str = "cpu",
     deadline: float | None = None,
+    seconds: float | None = None,
 ) -> list[Finding]:
     """A failure a search that did not shrink found (its ``signature`` and ``Finding.choices``), shrunk.
 
@@ -362,13 +390,15 @@ def shrink_found(
     after the first, as a shrinking search keeps those (its ``first_failure_at`` is ``None``); the
     first is ``signature``'s, absent where it does not fail that way again. Nothing where Hypothesis
     gave up (flaky) or shrinking kept hitting the deadline. Ctrl-C propagates. ``deadline`` as in
-    ``run_check``.
+    ``run_check``. ``seconds``: how long shrinking may take; then the smallest failing case met so far
+    is kept, as partly shrunk (``--fail-fast``: a first verdict within a CI job's limit).
     """
     from mmharness.database import Choices
 
     given = Choices([choices])
-    seconds = deadline_for("ci", device, deadline)
-    search = _Search(check, target, device, 1, given, deadline=seconds, reuse_only=True)
+    limit = deadline_for("ci", device, deadline)
+    search = _Search(check, target, device, 1, given, deadline=limit, reuse_only=True)
+    search.shrink_until = None if seconds is None else time.monotonic() + seconds
     prop = search.test(set(known) - {signature}, {}, {}, database=given)
     found: list[_Found] = []
     try:
@@ -378,6 +408,8 @@ def shrink_found(
             raise _controlling(group) from None
     except _Found as one:
         found = [one]
+    except _ShrinkTime:
+        return search.partly_shrunk(signature, f"case partly shrunk (shrinking stopped after {seconds:g} s)")
     except _Hung:
         pass
     except Exception as error:  # several failures (a group), or Hypothesis gave up
@@ -390,15 +422,7 @@ def _seeded(prop: Callable[..., None], seed: int, database: Any) -> Callable[...
     """``prop`` under a fixed seed, keeping its ``database``. Hypothesis's ``@seed`` turns the database
     off (a seed reproduces a run; it is not meant to save one), but a search that does not shrink keeps
     each failure's choice sequence there (``Choices``), and ``shrink_found`` replays them from it."""
-    from hypothesis import seed as fixed_seed
-    from hypothesis import settings
-
-    seeded: Any = fixed_seed(seed)(prop)
-    if database is not None:
-        seeded._hypothesis_internal_use_settings = settings(
-            seeded._hypothesis_internal_use_settings, database=database
-        )
-    return seeded
+    return hypothesis_compat.seeded(prop, seed, database)
 
 
 class Interrupted(KeyboardInterrupt):
@@ -425,12 +449,16 @@ class _Hung(BaseException):
     """Raised through Hypothesis when a check's runs that hit the deadline add up to ``HUNG_SECONDS``."""
 
 
+class _ShrinkTime(BaseException):
+    """Raised through Hypothesis when shrinking has taken the time it was given (``shrink_found``)."""
+
+
 def _controlling(group: BaseExceptionGroup) -> BaseException:
     """What decides how a round ends when Hypothesis reports several exceptions together: a stop
     (a signal, Ctrl-C) first, then the deadline's limit (``_Hung``), else the group itself (findings).
     A group holding a stop must never leave the round: its findings' classes (one per signature)
     cannot cross a worker's process boundary, and the stop would be lost inside it."""
-    for kind in (KeyboardInterrupt, _Hung):
+    for kind in (KeyboardInterrupt, _Hung, _ShrinkTime):
         matched = group.subgroup(kind)
         if matched is not None:
             leaf: BaseException = matched
@@ -465,6 +493,15 @@ class _Search:
     shrink later: the search does not shrink, but it searches on (not ``stop_at``)."""
     reuse_only: bool = False
     """Draw nothing: replay the database's choice sequences and shrink those that fail (``shrink_found``)."""
+    on_found: Callable[[Failure], None] | None = None
+    """Told each way of failing as first met (``run_check``)."""
+    passing: frozenset[str] = frozenset()
+    """Signatures that count as passing from the start: a baseline's, for a search that stops at its
+    first failure (``run_check``'s ``tolerated``), which a known finding must not end."""
+    shrink_until: float | None = None
+    """When shrinking must stop (``time.monotonic``), keeping the smallest failure met (``shrink_found``)."""
+    smallest: dict[str, Failure] = field(default_factory=dict)
+    """The smallest failing case met so far of each signature, while shrinking is bounded in time."""
     spent: int = 0
     cases: int = 0
     findings: dict[str, Finding] = field(default_factory=dict)
@@ -534,6 +571,8 @@ class _Search:
         def prop(example: Example) -> None:
             nonlocal calls
             interrupts.stop_if_asked()
+            if self.shrink_until is not None and time.monotonic() > self.shrink_until:
+                raise _ShrinkTime
             calls += 1
             if self.on_example is not None:
                 self.on_example(self.spent + calls)
@@ -548,8 +587,12 @@ class _Search:
             if failure.signature in known:  # only a case that did not finish comes back known
                 self._hung(failure)
                 return
+            if failure.signature not in first_example and self.on_found is not None:
+                self.on_found(failure)
             first_seen.setdefault(failure.signature, calls)
             first_example.setdefault(failure.signature, (failure, failure.example))
+            if self.shrink_until is not None:
+                self._keep_smaller(failure)
             if failure.signature == DID_NOT_FINISH:
                 self._hung(failure)
             # raised outside the except: no context
@@ -561,7 +604,7 @@ class _Search:
         """One Hypothesis run over the rest of the budget; whether it found a new signature."""
         from hypothesis import example
 
-        known = set(self.findings)
+        known = set(self.findings) | set(self.passing)
         first_seen: dict[str, int] = {}
         first_example: dict[str, tuple[Failure, Example]] = {}
         # Later rounds pass the signatures found: Hypothesis would drop their saved examples.
@@ -603,18 +646,24 @@ class _Search:
             return False
         return True
 
+    def _keep_smaller(self, failure: Failure) -> None:
+        kept = self.smallest.get(failure.signature)
+        if kept is None or _size(failure) < _size(kept):
+            self.smallest[failure.signature] = failure
+
+    def partly_shrunk(self, signature: str, note: str) -> list[Finding]:
+        """The smallest failing case of ``signature`` shrinking met before it was stopped (none met: [])."""
+        failure = self.smallest.get(signature)
+        if failure is None:
+            return []
+        return [Finding(failure.kind, signature, failure, failure.example, None, shrunk=False, unshrunk=note)]
+
     def _hung(self, failure: Failure) -> None:
         """Count a run that hit the deadline, keep the smallest case, and stop the search at the limit."""
         if failure.signature != DID_NOT_FINISH:
             return
-        from mmharness import payload
-
-        def size(one: Failure) -> int:
-            case, params = one.example
-            return len(payload.dumps(case, params=params))
-
         self.hung += 1
-        if self.smallest_hung is None or size(failure) < size(self.smallest_hung):
+        if self.smallest_hung is None or _size(failure) < _size(self.smallest_hung):
             self.smallest_hung = failure
         if self.hung >= self.most_hung:
             raise _Hung
@@ -671,6 +720,14 @@ class _Search:
         finding = Finding(failure.kind, failure.signature, failure, None, at)
         self.findings.setdefault(failure.signature, finding)
         self.spent = self.budget
+
+
+def _size(failure: Failure) -> int:
+    """How big a failing case is, as saved: which of two is the smaller."""
+    from mmharness import payload
+
+    case, params = failure.example
+    return len(payload.dumps(case, params=params))
 
 
 def not_run(check: Check, target: Target, device: str) -> Result | None:

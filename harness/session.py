@@ -31,7 +31,11 @@ class Session:
     a check it cannot run is skipped, naming it. ``stop_at``: finding kinds that end a check's
     search at once, unshrunk (``run_check``): whether it fails, not how (``mmharness.nearest``).
     ``shrink`` False: findings are kept as found, each with its choice sequence, for ``shrink`` to
-    shrink later (``matrix`` shrinks each class once, on the first target that found it).
+    shrink later (``matrix`` shrinks each class once, on the first target that found it). ``ledger``:
+    where each way of failing is recorded as first met (``records.Found``), from whichever process.
+    ``shrink_seconds``: with ``stop_at``, the first failure is shrunk for that long at most
+    (``--fail-fast``); ``tolerated``: per ``(check id, device)``, a baseline's signatures, which do not
+    end such a search.
     """
 
     target: Target
@@ -47,6 +51,9 @@ class Session:
     against_spec: str | None = None
     stop_at: Collection[str] = ()
     shrink: bool = True
+    ledger: Path | None = None
+    shrink_seconds: float | None = None
+    tolerated: Mapping[tuple[str, str], Collection[str]] = field(default_factory=dict)
 
     def run(
         self, check: Check, device: str = "cpu", *, on_example: Callable[[int], None] | None = None
@@ -70,8 +77,26 @@ class Session:
             explicit=self.regressions.get(check.id, ()),
             stop_at=self.stop_at,
             shrink=self.shrink,
+            on_found=self._recorder(check, device),
+            shrink_seconds=self.shrink_seconds,
+            tolerated=self.tolerated.get((check.id, device), ()),
         )
         return replace(result, target_notes=tuple(self.target.notes()))
+
+    def _recorder(self, check: Check, device: str) -> Callable[[Any], None] | None:
+        """What appends a way of failing to the ledger as first met (``None``: no ledger)."""
+        if self.ledger is None:
+            return None
+        from mmharness import ledger, records
+
+        path = self.ledger
+
+        def found(failure: Any) -> None:
+            case = records.case_document(failure.example)
+            first = records.Found(check.id, device, failure.kind, failure.signature, failure.message, case)
+            ledger.append(path, first)
+
+        return found
 
     def shrink_found(
         self, check: Check, signature: str, choices: bytes, known: Collection[str] = (), device: str = "cpu"

@@ -11,8 +11,11 @@ all the newest. Not in their sorted spelling: ``sglang==0.4.10`` sorts before
 
 A shard's report is a matrix report of its share with a ``shard`` field: which
 share, the whole matrix's targets and command line, and the settings its cells
-depend on. That is what a merge needs to rebuild the whole and to tell shares
-of one matrix from shares of others.
+depend on (``Settings``: ``--env`` and ``--engine`` among them, which ``merge``
+sets before it shrinks, replays and saves). That is what a merge needs to rebuild
+the whole and to tell shares of one matrix from shares of others. Each target's
+files' digest travels too (``Matrix.digests``): a path target whose files
+changed since its shard tested them is refused by the merge, naming it.
 
 A merge refuses (``MergeError``) what it cannot join into the unsharded
 report: shares of different matrices, a shard given twice, and missing shards.
@@ -50,6 +53,7 @@ options but ``--json`` and ``-n`` would mean anything beside it, and like
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field, fields
@@ -81,8 +85,8 @@ def parse(text: str) -> tuple[int, int]:
 def share(targets: Sequence[str], index: int, count: int) -> list[str]:
     """The targets of shard ``index`` of ``count``: every ``count``-th, from the ``index``-th on.
 
-    Empty when there are fewer targets than shards, so that a CI matrix's shard
-    count need not follow its target list.
+    Empty when there are fewer targets than shards: ``matrix --shard`` refuses such a share (exit 2), as a
+    run of nothing whose report merges like a share that ran would hide a CI matrix's misconfiguration.
     """
     return list(targets[index - 1 :: count])
 
@@ -107,6 +111,31 @@ class Settings:
     against: str | None = field(default=None, metadata={"flag": "--against"})
     """The spec every case also ran on: ``merge`` replays each class against it too (a change exists
     only relative to it), and shards against different targets are different matrices."""
+    env: tuple[str, ...] = field(default=(), metadata={"flag": "--env"})
+    """The ``--env NAME=VALUE`` settings the shard ran under, sorted: ``merge`` sets them before it
+    shrinks, replays and saves (a case may fail only under them; saved cases and replay lines carry
+    them), and shards under other settings are different matrices."""
+    engine: str | None = field(default=None, metadata={"flag": "--engine"})
+    """``--engine`` (``$MMHARNESS_ENGINE``): which engine its path specs are, set by ``merge`` likewise."""
+
+    @classmethod
+    def of_run(cls, *args: Any, **options: Any) -> Settings:
+        """The settings of this process's run: the fields given, and its ``--env`` and ``--engine``."""
+        from mmharness.targets.settings import given
+        from mmharness.targets.specs import ENGINE_VARIABLE
+
+        env = tuple(f"{name}={value}" for name, value in sorted(given().items()))
+        engine = os.environ.get(ENGINE_VARIABLE, "").strip() or None
+        return cls(*args, **options, env=env, engine=engine)
+
+    def apply(self) -> None:
+        """Set the shard's ``--env`` and ``--engine`` in this process (and the workers it starts)."""
+        from mmharness.targets.settings import apply
+        from mmharness.targets.specs import ENGINE_VARIABLE
+
+        apply(self.env)
+        if self.engine:
+            os.environ[ENGINE_VARIABLE] = self.engine
 
 
 @dataclass(frozen=True)
@@ -132,11 +161,16 @@ class Shard:
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> Shard:
+        from mmharness.targets.settings import parse_assignment
+
+        settings = Settings(**{**data["settings"], "env": tuple(data["settings"].get("env", ()))})
+        for assignment in settings.env:
+            parse_assignment(str(assignment))  # a ValueError naming it
         shard = cls(
             int(data["index"]),
             int(data["count"]),
             tuple(str(t) for t in data["targets"]),
-            Settings(**data["settings"]),
+            settings,
             str(data["command"]),
         )
         if not 1 <= shard.index <= shard.count:
@@ -195,6 +229,8 @@ def merge(reports: Sequence[tuple[str, object]]) -> tuple[Matrix, Settings]:
             whole.releases[target] = part[target].releases[target]
         if target in part[target].same_as:  # within its shard: merge's replay runs once for both
             whole.same_as[target] = part[target].same_as[target]
+        if target in part[target].digests:
+            whole.digests[target] = part[target].digests[target]
     return whole, first.settings
 
 

@@ -3,12 +3,14 @@
 A verdict of "passed" says nothing of code that never ran. A fork maintainer
 asks what of *their* changes the run covered: which checks were skipped and
 why (a function missing, or of a form the harness cannot call), which could
-not test and on what (a stubbed name, a setting nobody declared), and what the
-code reached only as the one-process harness serves it (collectives of a
-process group of one, paths for more ranks never taken, settings read at one
-value). The first two come from the results; the rest from the target's notes
-as they stood once each check had run (``Result.target_notes``, gathered in the
-process that ran the check), less those already printed before the run.
+not test and on what (a stubbed name, a setting nobody declared), which engine
+functions the harness knows by name and never called, and what the code
+reached only as the one-process harness serves it (collectives of a process
+group of one, paths for more ranks never taken, settings read at one value).
+The first two come from the results; the rest from the target's notes as they
+stood once each check had run (``Result.target_notes``, gathered in the
+process that ran the check), less those already printed before the run, and
+from the target's ``engine_functions`` (each function not driven, with why).
 """
 
 from __future__ import annotations
@@ -16,35 +18,41 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING
 
+from mmharness.records import COULD_NOT_TEST
+from mmharness.views import SKIPPED, Row, rows
+
 if TYPE_CHECKING:
-    from mmharness.runner import Result
+    from mmharness.records import Record
+    from mmharness.targets.base import Target
 
 
-def report(results: Sequence[Result], shown: Iterable[str] = ()) -> list[str]:
+def report(ledger: Sequence[Record], target: Target, shown: Iterable[str] = ()) -> list[str]:
     """One line per thing untested, grouped (each reason with the checks it covers); ``shown``: notes
-    the run already printed, not repeated."""
-    from mmharness.runner import COULD_NOT_TEST, SKIPPED
-
-    lines = [f"skipped ({_ids(checks)}): {reason}" for reason, checks in _grouped(results, SKIPPED).items()]
+    the run already printed before it began, not repeated."""
+    units = rows(ledger)
+    lines = [f"skipped ({_ids(checks)}): {reason}" for reason, checks in _grouped(units, SKIPPED).items()]
     lines += [
         f"could not test ({_ids(checks)}): {reason}"
-        for reason, checks in _grouped(results, COULD_NOT_TEST).items()
+        for reason, checks in _grouped(units, COULD_NOT_TEST).items()
+    ]
+    lines += [
+        f"not driven: {name}: {why}" for name, why in target.engine_functions().items() if why is not None
     ]
     already = set(shown)
-    reached = dict.fromkeys(note for r in results for note in r.target_notes if note not in already)
+    reached = dict.fromkeys(note for row in units for note in row.notes if note not in already)
     return lines + [f"reached during the run: {note}" for note in reached]
 
 
-def _grouped(results: Sequence[Result], status: str) -> dict[str, list[str]]:
+def _grouped(units: Sequence[Row], status: str) -> dict[str, list[str]]:
     """Reason -> the checks (ids, in run order) with ``status`` for it: a could-not-test by each finding's
     signature (the gap it names), a skip by its reason."""
     grouped: dict[str, list[str]] = {}
-    for result in results:
-        if result.status != status:
+    for row in units:
+        if row.status != status:
             continue
-        reasons = [f.signature for f in result.findings if f.kind == status] or [result.reason]
+        reasons = [f.signature for f in row.findings if f.kind == status] or [row.reason]
         for reason in dict.fromkeys(reasons):
-            grouped.setdefault(reason, []).append(result.check.id)
+            grouped.setdefault(reason, []).append(row.check)
     return grouped
 
 

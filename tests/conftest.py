@@ -39,6 +39,16 @@ def _environment_restored():
     engine_settings.apply([])
 
 
+@pytest.fixture
+def start(tmp_path: Path):
+    """``start(*args, ...)``: the CLI in a subprocess in the test's directory (``fault_injection.launched``);
+    whatever the test's outcome, nothing is left running."""
+    from fault_injection import launched
+
+    with launched(tmp_path) as run:
+        yield run
+
+
 @pytest.fixture(scope="session")
 def harness_cache(request, tmp_path_factory) -> Path:
     """Releases go to ``$MMHARNESS_CACHE``, else pytest's cache dir (shared by workers, kept between runs)."""

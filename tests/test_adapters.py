@@ -82,6 +82,15 @@ def test_a_target_declaring_what_it_does_not_implement_is_refused_by_name(tmp_pa
         resolve("partial_adapter:Partial")
 
 
+def test_a_target_whose_hook_takes_other_arguments_is_refused_by_name(tmp_path, monkeypatch):
+    hook = "\n    def unreceived(self):\n        return None\n"
+    hooked = PARTIAL.replace('{"chunk", "count"}', '{"chunk"}') + hook
+    (tmp_path / "hooked_adapter.py").write_text(hooked)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    with pytest.raises(TargetError, match=r"unreceived: not callable as unreceived\(case"):
+        resolve("hooked_adapter:Partial")
+
+
 @pytest.mark.parametrize(
     ("source", "said"),
     [

@@ -75,7 +75,8 @@ def test_a_fix_is_shown_and_fails_only_under_strict(capsys, tmp_path):
 def test_another_encoder_pattern_is_a_neutral_change(capsys, tmp_path):
     """Both give the reference's rows; the mutant encodes an item once per occurrence. Held to the rows
     alone (``prefill.matches_reference``) that is a neutral change; held to the encoder's work
-    (``prefill.encoder_calls``, a hazard check) the mutant fails where the engine model does not."""
+    (``prefill.encoder_calls``, a hazard check) the mutant shows a hazard the engine model does not:
+    a change the rules permit, never a regression (fatal under --strict)."""
     target = "mutant:prefill_duplicate_encode"
     argv = ["check", "--target", target, "--against", ENGINE_MODEL, "--max-examples", "30"]
     argv += ["--findings", str(tmp_path)]
@@ -84,9 +85,10 @@ def test_another_encoder_pattern_is_a_neutral_change(capsys, tmp_path):
     assert "signature: neutral change (encoder calls): chunked_prefill_embedding on batched" in out
     # whether (and which way) each fails: --first-failure ends the search there, unshrunk
     assert run(capsys, *argv, "--checks", "prefill.matches_reference", "--strict", "--first-failure")[0] == 1
-    code, out, _ = run(capsys, *argv, "--checks", "prefill.encoder_calls", "--first-failure")
+    code, out, _ = run(capsys, *argv, "--checks", "prefill.encoder_calls", "--first-failure", "--strict")
     assert code == 1
-    assert "signature: regression: an item was encoded more than once in one batch" in out
+    assert "signature: permitted: an item was encoded more than once in one batch" in out
+    assert run(capsys, *argv, "--checks", "prefill.encoder_calls", "--first-failure")[0] == 0
 
 
 def test_another_path_pattern_of_a_correct_engine_is_neutral(capsys, tmp_path):
@@ -272,3 +274,90 @@ def test_a_case_one_target_never_receives_is_not_compared():
     against.compare(check, model, reference, case, {})
     against.compare(check, reference, model, case, {})
     against.compare(check, reference, reference, case, {})
+
+
+# How two sides' failures are judged, and which paths they are compared on ---------------------------
+
+
+class _Named(ReferenceTarget):
+    """The reference under another name and paths: a side whose property outcome a test decides."""
+
+    def __init__(self, name: str, paths: tuple[str, ...] = ("batched", "per_request")) -> None:
+        self.name, self._paths = name, paths
+
+    @property
+    def paths(self) -> tuple[str, ...]:
+        return self._paths
+
+
+def _judged(mine, theirs) -> str | None:
+    """The change ``compare`` finds where the target's property raises ``mine`` and the other's
+    ``theirs`` (each a ``Failure`` or ``None``); ``None``: no change."""
+    from dataclasses import replace
+
+    from mmharness.checks import all_checks
+    from mmharness.checks.outcome import Failure
+
+    outcomes = {"mine": mine, "theirs": theirs}
+
+    def prop(target, case, params):
+        if outcomes[target.name] is not None:
+            raise outcomes[target.name]
+
+    check = replace(all_checks()["count.matches_reference"], property=prop)
+    try:
+        against.compare(check, _Named("mine"), _Named("theirs"), Case(requests=()), {})
+    except Failure as change:
+        assert change.signature.startswith(f"{change.compared.change}: ")
+        return change.compared.change
+    return None
+
+
+def test_only_a_divergence_the_other_does_not_share_is_a_regression():
+    from mmharness.checks.outcome import Failure, Hazard
+
+    def diverges(why: str) -> Failure:
+        return Failure(f"rows differ: {why}")
+
+    assert _judged(diverges("a"), None) == "regression"
+    assert _judged(diverges("a"), Hazard("a fallback")) == "regression"
+    assert _judged(diverges("a"), diverges("b")) == "inherited", "the other diverges on this case too"
+    assert _judged(Hazard("a fallback"), None) == "permitted", "the rules permit a hazard"
+    assert _judged(Hazard("a fallback"), Hazard("another")) == "permitted"
+    assert _judged(None, diverges("b")) == "fix"
+    assert _judged(Hazard("a fallback"), diverges("b")) == "fix"
+    assert _judged(diverges("a"), diverges("a")) is None, "failing alike is no change"
+
+
+def test_two_targets_are_compared_on_the_paths_both_have():
+    """vLLM 0.33's default path is v1, 0.34's v2 (and its only one): both run on v2, the changed default
+    is one note, and the comparison goes on past it."""
+    old, new = _Named("old", ("v1", "v2")), _Named("new", ("v2",))
+    assert against.shared_paths(new, old) == ("v2",) and against.shared_paths(old, new) == ("v2",)
+    assert Recorded(old, against.shared_paths(new, old)).paths == ("v2",)
+    note = against.path_note(new, old, "vllm==0.33.0")
+    assert note.startswith("the default path changed (v1 on vllm==0.33.0, v2 here)")
+    assert "both run on v2" in note
+    assert against.path_note(old, old, "x") is None
+    assert "no path in common" in against.path_note(_Named("a", ("p",)), _Named("b", ("q",)), "b")
+
+
+def test_a_check_that_runs_on_the_other_target_and_not_here_is_lost_coverage(capsys, tmp_path):
+    """The reference lacks the engine option ``whole_items`` the engine model has: against it, that check
+    is lost coverage, listed first, and the run exits 3 unless the user allows it by name."""
+    report_path, junit = tmp_path / "r.json", tmp_path / "j.xml"
+    argv = ["check", "--target", "reference", "--against", ENGINE_MODEL, "--max-examples", "5"]
+    argv += ["--checks", "prefill.whole_items,chunk.matches_reference", "--findings", str(tmp_path / "f")]
+    code, out, _ = run(capsys, *argv, "--json", str(report_path), "--junit", str(junit))
+    assert code == 3, out
+    lost = f"lost coverage: prefill.whole_items [cpu] runs on {ENGINE_MODEL} and not here: reference lacks"
+    assert lost in out and out.index(lost) < out.index("check ") if "check " in out else lost in out
+    (entry,) = json.loads(report_path.read_text())["lost"]
+    assert (entry["what"], entry["of"], entry["allowed"]) == ("prefill.whole_items", "check", False)
+    assert 'classname="mmharness.lost.check" name="prefill.whole_items[cpu]"' in junit.read_text()
+    code, out, _ = run(capsys, *argv, "--allow-lost", "prefill.whole_items")
+    assert code == 0 and "(allowed: --allow-lost)" in out
+    code, _, err = run(capsys, *argv, "--allow-lost", "prefill.nope")
+    assert code == 2 and "--allow-lost prefill.nope: not a check this run selects nor an engine" in err
+    code, _, err = run(capsys, *argv[:3], *argv[5:], "--allow-lost", "prefill.whole_items")
+    assert code == 2 and "--allow-lost needs --against" in err

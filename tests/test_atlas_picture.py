@@ -4,8 +4,10 @@ terminal: a row per class (a check and a way of failing), a column per release, 
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 from mmharness import atlas, cli
@@ -122,6 +124,26 @@ def test_a_picture_from_62_releases_is_drawn(tmp_path):
     assert (tmp_path / "wide.svg").read_text().startswith("<?xml")
 
 
+def _size_pt(svg: Path) -> tuple[float, float]:
+    head = svg.read_text()[:1000]
+    return tuple(float(re.search(rf'{side}="([0-9.]+)pt"', head)[1]) for side in ("width", "height"))
+
+
+def test_a_long_target_name_does_not_grow_the_picture(tmp_path):
+    """A name of 20,000 characters once drew a figure of gigabytes: labels are cut to a fixed width,
+    ending in an ellipsis, so the figure is the size a short name gives."""
+    pytest.importorskip("matplotlib")
+    rows = grid(small_matrix())
+    short, long = tmp_path / "short.svg", tmp_path / "long.svg"
+    atlas.draw(rows, ["0.4.6", "x" * atlas.COLUMN_LABEL], str(short))
+    atlas.draw(rows, ["0.4.6", "x" * 20_000], str(long))
+    (width, height), (short_width, short_height) = _size_pt(long), _size_pt(short)
+    assert width <= short_width * 1.05 and height <= short_height * 1.05
+    assert height < 12 * 72, "under a foot tall"
+    assert atlas.cut("x" * 20_000, atlas.COLUMN_LABEL) == "x" * (atlas.COLUMN_LABEL - 1) + "\u2026"
+    assert atlas.cut("0.4.6", atlas.COLUMN_LABEL) == "0.4.6"
+
+
 def test_without_matplotlib_the_picture_is_a_usage_error_naming_the_extra(tmp_path, monkeypatch, capsys):
     monkeypatch.setitem(sys.modules, "matplotlib", None)  # `import matplotlib` raises ImportError
     out = tmp_path / "atlas.md"
@@ -165,7 +187,10 @@ def test_the_terminal_grid_is_a_character_per_cell_with_a_legend():
 
 def test_without_the_grid_the_table_stays():
     text = render(small_matrix())
-    assert text.splitlines()[0].split()[:2] == ["check", "sglang==0.4.6"]
+    lines = text.splitlines()
+    stopped = [line for line in lines if line.startswith("stopped running: ")]
+    assert lines[: len(stopped)] == stopped, "what stopped running comes first"
+    assert lines[len(stopped)].split()[:2] == ["check", "sglang==0.4.6"]
     assert "DIVERGEr" in text and "D divergence, H hazard" not in text
     assert "sDDdE" not in text
 

@@ -378,9 +378,17 @@ def test_workers_give_the_serial_run_its_results_findings_and_replays(capsys, tm
     assert serial[0] == parallel[0] == 1
     assert serial[1]["results"] == parallel[1]["results"]
     assert serial[2] == parallel[2] and serial[2]
-    files = [str(p) for p in sorted((tmp_path / "parallel").iterdir())]
+    files = [str(p) for p in sorted((tmp_path / "parallel").glob("*.json"))]
     code, out, _ = run(capsys, "replay", "-n", "auto", *files)
     assert code == 1 and out.count("--- DIVERGENCE") == len(files)
+
+    def recorded(where: str) -> list[dict]:  # first sightings come from the workers, in their own order
+        lines = (tmp_path / where / "ledger.ndjson").read_text().replace(str(tmp_path / where), "DIR")
+        return [r for r in map(json.loads, lines.splitlines()) if r["record"] != "found"]
+
+    assert recorded("serial") == recorded("parallel"), "one executor: the same records in or out of process"
+    code, out, _ = run(capsys, "replay", str(tmp_path / "parallel" / "ledger.ndjson"))
+    assert code == 1 and out.count("--- DIVERGENCE") == len(files), "the ledger replays what was saved"
 
 
 @pytest.mark.parametrize(
@@ -467,10 +475,24 @@ def test_first_failure_ends_each_check_at_its_first_failing_case_unshrunk(capsys
     (saved,) = tmp_path.glob("chunk.matches_reference-*.json")
     assert run(capsys, "replay", str(saved), "--target", target)[0] == 1
     baseline = tmp_path / "baseline.json"
-    args = ["check", "--target", "reference", "--checks", "chunk.matches_reference", "--max-examples", "2"]
-    assert run(capsys, *args, "--write-baseline", str(baseline))[0] == 0
-    code, _, err = run(capsys, *args, "--first-failure", "--baseline", str(baseline))
-    assert code == 2 and "--first-failure with --baseline" in err
+    assert run(capsys, *args, "--first-failure", "--write-baseline", str(baseline))[0] == 1
+    known = {e["signature"] for e in json.loads(baseline.read_text())["entries"]}
+    report = tmp_path / "again.json"
+    code, out, _ = run(capsys, *args, "--first-failure", "--baseline", str(baseline), "--json", str(report))
+    again = {f["signature"] for r in json.loads(report.read_text())["results"] for f in r["findings"]}
+    assert known and not known & again, "a known finding does not end the search: it passes by"
+    assert code == (1 if again else 0)
+
+
+def test_fail_fast_stops_at_the_first_failure_shrinks_it_and_says_what_did_not_run(capsys, tmp_path):
+    target = "mutant:chunk_start_off_by_one"
+    args = ["check", "--target", target, "--checks", "chunk.matches_reference,count", "--fail-fast"]
+    code, out, _ = run(capsys, *args, "--findings", str(tmp_path / "a"))
+    assert code == 1 and "--fail-fast: stopped after the first check that fails the run" in out
+    assert "    shrunk case:" in out, "the first way of failing is shrunk"
+    assert "not started: count.matches_reference [cpu]" in out
+    code, out, _ = run(capsys, *args, "--shrink-time", "0", "--findings", str(tmp_path / "b"))
+    assert code == 1 and "    shrunk case:" not in out and "case as found" in out, "no time to shrink"
 
 
 def test_no_shrink_reports_every_way_it_fails_as_found_serially_and_in_workers(capsys, tmp_path):

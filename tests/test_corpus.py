@@ -11,8 +11,8 @@ import pytest
 from mmharness import payload
 from mmharness.checks import all_checks
 from mmharness.checks.outcome import DIVERGENCE
-from mmharness.report import failure_details
 from mmharness.runner import replay
+from mmharness.views.console import result_details
 
 REGRESSIONS = sorted((Path(__file__).parent.parent / "corpus" / "regressions").glob("*.json"))
 
@@ -29,4 +29,4 @@ def test_regression_case_replays(path, mm_target, request):
     assert check_id in checks, f"{path.name} names no known check: {check_id!r}"
     result = replay(checks[check_id], mm_target, (document.case, document.params))
     spec = request.config.getoption("--mm-target")
-    assert result.status != DIVERGENCE, failure_details(result, spec)
+    assert result.status != DIVERGENCE, result_details(result, spec)

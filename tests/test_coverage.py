@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 from mmharness import reach
 from mmharness.cli import main
+from mmharness.engines.sglang.adapter import BRANCH_REASONS
 
 pytest.importorskip("coverage")
 
@@ -154,6 +155,21 @@ def test_a_branch_the_target_excludes_leaves_the_figure_and_is_listed_with_why(
     assert document["coverage"]["total"]["excluded"] == {}
 
 
+def test_the_target_s_branch_reasons_explain_its_unreached_branches(capsys, engine, tmp_path, monkeypatch):
+    """An engine's own names (``Target.branch_reasons``) reach the analysis: here the unreached guard's
+    ``10**9`` read as IPC, which leaves the branch out of the CPU-reachable figure."""
+    from mmharness.engines.sglang.adapter import SGLangTarget
+
+    monkeypatch.setattr(SGLangTarget, "branch_reasons", lambda self: {"IPC": r"10\*\*9"})
+    code, out, document = _check(capsys, engine, tmp_path / "report.json")
+    assert code == 0, out
+    unreached = _line_of("UNREACHED") - 1
+    assert f"mm_schedule.py:{unreached}->{unreached + 1} get_embedding_chunk: IPC" in out
+    (path,) = document["coverage"]["files"]
+    chunk = document["coverage"]["files"][path]["functions"]["get_embedding_chunk"]
+    assert chunk["cpu_reachable"] == {"reached": 5, "total": 5}
+
+
 BLOCK = """
 def f(xs, deferred):
     if any(deferred):
@@ -268,14 +284,25 @@ def f(x, tp_size, device):
         (14, False, "CUDA"),  # the branch line never ran: its enclosing block's condition says why
         (16, True, "CUDA"),
         (18, True, reach.NOT_REACHED),
-        (20, True, "CUDA"),  # SGLang's host offload waits on a torch.cuda.Event
+        (20, True, "CUDA"),  # SGLang's host offload waits on a torch.cuda.Event (its branch_reasons)
         (22, True, "distributed"),  # a vision tower sharded over data-parallel ranks
     ],
 )
 def test_the_classifier_reads_the_guarding_source(line, executed, reason):
     lines = SOURCE.splitlines()
     ran = set(range(1, len(lines) + 1)) - ({line} if not executed else set())
-    assert reach.classify(line, line + 1, lines, reach.conditions_of(SOURCE), ran)[0] == reason
+    table = reach.reason_table(BRANCH_REASONS)
+    assert reach.classify(line, line + 1, lines, reach.conditions_of(SOURCE), ran, table=table)[0] == reason
+
+
+def test_an_engine_s_own_names_widen_a_reason_and_only_its_own():
+    """The generic table names no engine's function: SGLang's CUDA event explains a branch only through
+    its target's ``branch_reasons``; a reason the table lacks is refused."""
+    lines, ran = SOURCE.splitlines(), set(range(1, 30))
+    assert reach.classify(20, 21, lines, reach.conditions_of(SOURCE), ran)[0] == reach.NOT_REACHED
+    assert not any("host_offload_event" in pattern for pattern, _, _ in reach.REASONS)
+    with pytest.raises(ValueError, match="unknown"):
+        reach.reason_table({"GPU only": "x"})
 
 
 def test_functions_own_their_body_less_nested_functions():

@@ -1,6 +1,6 @@
 """What the harness drives for coverage is tested, not only reached: each driver meets a seeded bug.
 
-R3e goes through ``embed_mm_inputs`` with a stand-in model (``adapter._model``):
+R3e goes through ``embed_mm_inputs`` with a stand-in model (``inputs.model``):
 its image encoder in the mapping, the other modalities found as the model's
 ``get_<modality>_feature`` methods, all bound as a model's own are. A release
 whose fallback lookup is broken then fails R3e; before, every encoder came from
@@ -15,7 +15,8 @@ import pytest
 from mmharness import item_data
 from mmharness.checks import all_checks
 from mmharness.checks.outcome import COULD_NOT_TEST, DIVERGENCE, HAZARD
-from mmharness.engines.sglang.adapter import _model, from_path
+from mmharness.engines.sglang.adapter import from_path
+from mmharness.engines.sglang.inputs import model as stand_in_model
 from mmharness.model import Case, Item, Request
 from mmharness.runner import run_check
 from mmharness.targets.base import HarnessGap
@@ -52,7 +53,7 @@ def test_a_broken_encoder_lookup_fails_r3e(sglang_release, seeded_copy):
 
 def test_the_stand_in_model_has_bound_encoders_and_nothing_else():
     seen = []
-    model = _model({"image": seen.append, "audio": lambda items: len(items)})
+    model = stand_in_model({"image": seen.append, "audio": lambda items: len(items)})
     feature = model.get_image_feature
     assert feature.__name__ == "get_image_feature" and feature.__self__ is model
     feature([1])

@@ -237,7 +237,7 @@ def test_check_gives_the_deadline_verdict_saves_the_case_and_replay_gives_it_aga
     assert run.returncode == 1, run.stdout + run.stderr
     assert f"DIVERGENCE     {CHECK} (R3)" in run.stdout
     assert "did not finish in 1 s" in run.stdout and "signature: did not finish in N s" in run.stdout
-    notes = {path: json.loads(path.read_text())["note"] for path in findings.iterdir()}
+    notes = {path: json.loads(path.read_text())["note"] for path in findings.glob("*.json")}
     (saved,) = [path for path, note in notes.items() if note == "divergence: did not finish in 1 s"]
     assert f"reproduce with: mmharness replay {saved} --target {spec} --deadline 1" in run.stdout
 

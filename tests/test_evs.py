@@ -19,12 +19,12 @@ import pytest
 import torch
 from hypothesis import Phase, given, seed, settings
 from mmharness.checks import all_checks
-from mmharness.checks.common import UNDECLARED_EVS, unreceived
+from mmharness.checks.common import unreceived
 from mmharness.checks.outcome import DIVERGENCE
 from mmharness.engines.sglang import layout, shims
 from mmharness.model import Case, Item, Request
 from mmharness.runner import PASSED, replay, run_check
-from mmharness.targets.base import Encoder
+from mmharness.targets.base import UNDECLARED_EVS, Encoder
 from mmharness.targets.engine_model import EngineModel
 from mmharness.targets.reference import ReferenceTarget
 from mmharness.targets.specs import resolve
@@ -121,8 +121,8 @@ class _ReceivesAll(EngineModel):
 
 
 def test_a_target_that_does_not_say_it_receives_pruned_videos_is_given_none():
-    """EVS is one engine's convention: a target without ``unreceived`` (the engine model, its mutants)
-    is left without EVS cases, so they are no divergence of it; the reference is given them."""
+    """EVS is one engine's convention: a target keeping the default ``unreceived`` (the engine model, its
+    mutants) is left without EVS cases, so they are no divergence of it; the reference is given them."""
     assert unreceived(EngineModel(), BETWEEN) == UNDECLARED_EVS
     assert unreceived(EngineModel(), dataclasses.replace(BETWEEN, requests=())) is None
     assert unreceived(ReferenceTarget(), BETWEEN) is None

@@ -199,6 +199,7 @@ def test_a_finished_fuzz_run_leaves_nothing_in_tmp(tmp_path, bound):
     done = subprocess.run([*command, "--", bound], capture_output=True, text=True, env=env, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
     assert list(tmp.iterdir()) == []
+    assert not (tmp_path / "findings").exists(), "a run that found nothing leaves no findings directory"
 
 
 @pytest.mark.fuzz

@@ -216,14 +216,12 @@ def test_a_bad_shard_is_a_usage_error_before_any_target_loads(capsys, monkeypatc
     assert f"argument --shard: {words}" in capsys.readouterr().err
 
 
-def test_a_shard_beyond_the_targets_is_empty_and_still_merges(capsys, tmp_path):
+def test_a_shard_beyond_the_targets_is_refused(capsys, tmp_path):
+    """A share with no targets would run nothing, yet merge as a share that ran: refused, before anything."""
     args = ["matrix", "--target", "reference", "--checks", "count", "--max-examples", "5"]
-    paths = [str(tmp_path / f"shard-{index}.json") for index in (1, 2)]
-    for index, path in enumerate(paths, 1):
-        assert _cli(capsys, *args, "--shard", f"{index}/2", "--json", path)[0] == 0
-    assert json.loads((tmp_path / "shard-2.json").read_text())["targets"] == []
-    code, out, _ = _cli(capsys, "merge", *paths, "--json", str(tmp_path / "merged.json"))
-    assert code == 0 and out.splitlines()[0].split() == ["check", "reference", "first", "failing"]
+    code, out, err = _cli(capsys, *args, "--shard", "2/2", "--json", str(tmp_path / "shard-2.json"))
+    assert code == 2 and out == "" and not (tmp_path / "shard-2.json").exists()
+    assert "--shard 2/2: this share has no targets (1 target(s) over 2 shards)" in err
 
 
 MERGE_ARGS = ["--target", "reference", "--target", "mutant:count_inclusive_end", "--checks", "count"]
@@ -289,3 +287,31 @@ def test_the_sharded_atlas_workflow_asks_mmharness_for_what_it_has():
     for words in commands:
         _parser().parse_args(words)
     assert "--shard" in commands[0]
+
+
+def test_a_check_that_stops_running_is_said_before_any_verdict():
+    """A check that ran on one release and is skipped on the next (vLLM 0.34's drafter check, tied to a
+    removed runner) is listed in the table's text, the JSON and the atlas, never left as a quiet skip."""
+    from mmharness.runner import SKIPPED
+
+    targets, checks = ["old", "broken", "new", "newer"], ["a", "b"]
+    cells = {
+        ("a", "old"): Cell(PASSED),
+        ("a", "broken"): Cell(ERROR, "does not load"),
+        ("a", "new"): Cell(SKIPPED, "new lacks draft_lookahead"),
+        ("a", "newer"): Cell(SKIPPED, "newer lacks draft_lookahead"),
+        **{("b", t): Cell(SKIPPED, "no CUDA device") for t in targets},
+    }
+    matrix = Matrix(targets, checks, cells, target_errors={"broken": "does not load"})
+    (stopped,) = matrix.stopped_running()
+    assert (stopped.check, stopped.last, stopped.target) == ("a", "old", "new"), "once, past the error"
+    line = "stopped running: a ran on old, skipped on new: new lacks draft_lookahead"
+    assert line in render(matrix).splitlines()
+    assert matrix.as_json()["stopped_running"] == [
+        {"check": "a", "last": "old", "target": "new", "reason": "new lacks draft_lookahead"}
+    ]
+    document = atlas.render(matrix, [])
+    assert document.index("## Checks that stopped running") < document.index("## Verdicts per release")
+    assert "- `a`: ran on old, skipped from new on: new lacks draft_lookahead" in document
+    matrix.cells[("a", "new")] = Cell(PASSED)
+    assert [one.target for one in matrix.stopped_running()] == ["newer"]

@@ -80,3 +80,25 @@ def test_an_item_on_an_unknown_device_is_named():
     case = Case((Request(2, 0, 2, (Item(((0, 0),), 1, device="tpu"),)),))
     with pytest.raises(CaseError, match=r"requests\[0\].items\[0\].device: must be one of cpu, cuda"):
         validate(case)
+
+
+def test_a_cases_verdict_is_its_own_whatever_was_asked_before():
+    """``validate`` answers once per case object: a copy with a field replaced, a pickled copy and a
+    copy under another name each get the answer for their own fields."""
+    import pickle
+    from dataclasses import replace
+
+    from mmharness.model import is_well_formed
+
+    bad = Case(requests=(Request(seq_len=2, prefix_len=0, extend_len=3, items=()),))
+    with pytest.raises(CaseError, match=r"requests\[0\]\.extend_len"):
+        validate(bad)
+    with pytest.raises(CaseError, match=r"requests\[0\]\.extend_len"):
+        validate(bad)  # asked again: the same answer
+    good = replace(bad, requests=(Request(seq_len=2, prefix_len=0, extend_len=2, items=()),))
+    validate(good)
+    assert is_well_formed(good) and not is_well_formed(bad)
+    assert not is_well_formed(pickle.loads(pickle.dumps(bad))) and is_well_formed(
+        pickle.loads(pickle.dumps(good))
+    )
+    assert bad == Case(requests=bad.requests) and hash(bad) == hash(Case(requests=bad.requests))

@@ -103,8 +103,9 @@ def test_an_unrelated_suite_keeps_its_hypothesis_profile_and_its_markers(tmp_pat
         (("-n", "2", "--mm-database", "bogus://x"), "--mm-database bogus://x: expected none, a directory"),
         (("--mm-database", "a-file/db"), "--mm-database a-file/db: cannot write there"),
         (("--mm-checks", ""), "--mm-checks names no check"),
+        (("--mm-target", ""), "--mm-target: empty; give a target spec"),
     ],
-    ids=["findings", "database-form", "database-directory", "no-checks"],
+    ids=["findings", "database-form", "database-directory", "no-checks", "empty-target"],
 )
 def test_an_option_that_cannot_be_used_is_one_usage_error_naming_it(tmp_path, options, refused):
     (tmp_path / "a-file").write_text("")

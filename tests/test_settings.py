@@ -483,3 +483,28 @@ def test_without_the_index_the_old_copy_still_serves(tmp_path, monkeypatch):
     (target / RULES).write_text("damaged")
     with pytest.raises(TargetError, match="damaged"):
         releases.fetch("sglang", "9.9.9", (RULES, ENVIRON), example="0.5.23")
+
+
+@pytest.mark.network
+def test_a_loaded_target_declares_the_settings_its_shims_read(release_0_5_23, vllm_release_dir):
+    """``Target.declared_settings``: an engine's own shims' declarations; none to declare without shims
+    (``NoShims``); unseen (``None``) under shims of another kind."""
+    from types import SimpleNamespace
+
+    from mmharness.engines.sglang import adapter as sglang
+    from mmharness.engines.vllm import adapter as vllm
+    from toy_engine import _resolve
+
+    for target, setting in (
+        (sglang.from_path(str(release_0_5_23)), "SGLANG_"),
+        (vllm.from_path(str(vllm_release_dir)), "VLLM_"),
+    ):
+        declared = target.declared_settings()
+        assert declared is target.engine.shims.settings.declarations
+        assert any(name.startswith(setting) for name in declared.settings)
+        target.engine.shims = SimpleNamespace()  # the installed package's
+        assert target.declared_settings() is None
+    toy = _resolve("toy")
+    assert toy.declared_settings() == settings.Declarations()
+    toy.engine.shims = SimpleNamespace()
+    assert toy.declared_settings() is None

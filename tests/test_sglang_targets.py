@@ -713,6 +713,10 @@ def test_a_download_killed_midway_is_cleaned_up_later(tmp_path, monkeypatch):
     assert not abandoned.exists() and fresh.exists(), "a download in progress elsewhere is left alone"
 
 
+def _offline(package, version, into):
+    raise TargetError(f"cannot download {package}=={version}: the package index is unreachable")
+
+
 def test_a_damaged_cached_release_is_refused_not_loaded(tmp_path, monkeypatch):
     """Half a rules file still parses: loaded, it would read as a release lacking its functions."""
     import zipfile
@@ -728,6 +732,7 @@ def test_a_damaged_cached_release_is_refused_not_loaded(tmp_path, monkeypatch):
     assert releases.fetch("sglang", "9.9.9", (rules,), example="0.5.23") == target  # intact: no download
     damaged = target / rules
     damaged.write_text(damaged.read_text()[:24])
+    monkeypatch.setattr(releases, "_download", _offline)  # fetched again where it can be; not here
     with pytest.raises(TargetError) as error:
         releases.fetch("sglang", "9.9.9", (rules,), example="0.5.23")
     assert f"sglang==9.9.9 is damaged ({rules} differs" in _one_line(error)

@@ -1,49 +1,19 @@
 """Ctrl-C and SIGTERM end every long command cleanly: summary, findings and reports, marked interrupted.
 
-Each test starts the CLI as a subprocess, waits until it is well into its work
-(the newer ones until it prints a line saying so), sends the signal and reads
+Each test starts the CLI as a subprocess (the ``start`` fixture), waits until it is well into its work
+(the newer ones until it prints a line saying so: ``fault_injection.Output``), sends the signal and reads
 what it left behind.
 """
 
 from __future__ import annotations
 
-import contextlib
 import json
-import os
 import signal
-import subprocess
-import sys
-import threading
 import time
 from pathlib import Path
 
 import pytest
-
-CLI = "import sys; from mmharness.cli import main; sys.exit(main())"
-
-
-@pytest.fixture
-def start(tmp_path: Path):
-    """Start the CLI in a process group of its own; whatever the test's outcome, nothing is left running.
-
-    ``merged``: standard error goes to standard output, to be read as it comes (``Output``).
-    """
-    started: list[subprocess.Popen] = []
-
-    def run(*args: str, merged: bool = False, env: dict[str, str] | None = None) -> subprocess.Popen:
-        command = [sys.executable, "-c", CLI, *args]
-        pipes = {"stdout": subprocess.PIPE, "stderr": subprocess.STDOUT if merged else subprocess.PIPE}
-        environment = {**os.environ, **(env or {})}
-        process = subprocess.Popen(
-            command, cwd=tmp_path, start_new_session=True, text=True, env=environment, **pipes
-        )
-        started.append(process)
-        return process
-
-    yield run
-    for process in started:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(process.pid, signal.SIGKILL)
+from fault_injection import Output
 
 
 def test_ctrl_c_while_shrinking_keeps_the_finding_unshrunk(tmp_path, start):
@@ -53,7 +23,13 @@ def test_ctrl_c_while_shrinking_keeps_the_finding_unshrunk(tmp_path, start):
         *("--profile", "deep", "--json", str(report), "--findings", str(findings)),
         *("--seed", "4"),  # fixed cases, the first to fail a divergence (a random one may be a hazard)
     )
-    time.sleep(8)  # the first failure comes within a second; shrinking these programs takes longer
+    ledger = findings / "ledger.ndjson"
+    deadline = time.monotonic() + 120  # the first failure comes within seconds on an idle machine
+    while time.monotonic() < deadline and '"record": "found"' not in (
+        ledger.read_text() if ledger.exists() else ""
+    ):
+        time.sleep(0.2)
+    time.sleep(1)  # shrinking these programs takes far longer
     run.send_signal(signal.SIGINT)
     out, _ = run.communicate(timeout=120)
     assert run.returncode == 130, out
@@ -61,8 +37,10 @@ def test_ctrl_c_while_shrinking_keeps_the_finding_unshrunk(tmp_path, start):
     data = json.loads(report.read_text())
     assert data["interrupted"] is True
     (result,) = data["results"]
-    assert result["status"] == "divergence" and result["interrupted"] is True
+    assert result["status"] == "unfinished" and result["interrupted"] is True, "stopped: not a verdict"
+    assert {f["kind"] for f in result["findings"]} == {"divergence"}, "what it had found is kept"
     assert all(Path(f["saved"]).is_file() for f in result["findings"])
+    assert data["not_finished"] == [{"check": "prefill.stateful", "device": "cpu", "state": "unfinished"}]
 
 
 def test_sigterm_reports_the_checks_that_ran(tmp_path, start):
@@ -90,44 +68,6 @@ def test_ctrl_c_stops_a_matrix_and_its_workers(tmp_path, start):
     assert run.returncode == 130, out + err
     assert json.loads(report.read_text())["interrupted"] is True
     assert "Traceback" not in err
-
-
-class Output:
-    """A process's merged output, read by a thread as it comes, so that a test can wait for a line."""
-
-    def __init__(self, process: subprocess.Popen) -> None:
-        self.process = process
-        self.lines: list[str] = []
-        self.closed = False
-        self.changed = threading.Condition()
-        self.reader = threading.Thread(target=self._read, daemon=True)
-        self.reader.start()
-
-    def _read(self) -> None:
-        for line in self.process.stdout:
-            with self.changed:
-                self.lines.append(line)
-                self.changed.notify_all()
-        with self.changed:
-            self.closed = True
-            self.changed.notify_all()
-
-    def wait_for(self, *texts: str, timeout: float = 60) -> None:
-        """Until every one of ``texts`` has been printed (each on some line)."""
-        deadline = time.monotonic() + timeout
-        with self.changed:
-            while not all(any(text in line for line in self.lines) for text in texts):
-                left = deadline - time.monotonic()
-                if left <= 0 or self.closed:
-                    raise AssertionError(f"never printed {texts}:\n{''.join(self.lines)}")
-                self.changed.wait(left)
-
-    def interrupt(self, signum: int = signal.SIGINT, *, timeout: float = 60) -> tuple[int, str]:
-        """Send the signal; the exit code and everything printed, once the process has ended."""
-        self.process.send_signal(signum)
-        code = self.process.wait(timeout=timeout)
-        self.reader.join(timeout=10)
-        return code, "".join(self.lines)
 
 
 ADAPTERS = '''
@@ -222,10 +162,14 @@ def test_ctrl_c_keeps_what_the_workers_had_found(tmp_path, start, adapters):
     for check in ("count.matches_reference", "adjust.matches_reference"):
         assert results[check]["interrupted"] is True and results[check]["findings"], results[check]
         assert all(Path(f["saved"]).is_file() for f in results[check]["findings"])
-    assert {p.name.split("-")[0] for p in findings.iterdir()} == {
+    assert {p.name.split("-")[0] for p in findings.glob("*.json")} == {
         "adjust.matches_reference",
         "count.matches_reference",
     }
+    stopped = {r["check"] for r in data["not_finished"]}
+    assert stopped == {"count.matches_reference", "adjust.matches_reference"}, "said not to have finished"
+    ledger = [json.loads(line) for line in (findings / "ledger.ndjson").read_text().splitlines()]
+    assert {r["check"] for r in ledger if r["record"] == "unfinished"} == stopped, "and so says the ledger"
 
 
 @pytest.mark.parametrize("workers", ["1", "2"])
@@ -248,7 +192,12 @@ def test_a_signal_stops_an_example_that_hangs(tmp_path, start, adapters, workers
     assert data["interrupted"] is True
     counted = data["results"][0]
     assert counted["check"] == "count.matches_reference" and counted["interrupted"] is True
-    assert all(r["status"] == "passed" and r["findings"] == [] for r in data["results"]), data["results"]
+    assert all(r["status"] == "unfinished" and r["findings"] == [] for r in data["results"]), data["results"]
+    assert data["not_finished"][0] == {
+        "check": "count.matches_reference",
+        "device": "cpu",
+        "state": "unfinished",
+    }
 
 
 def test_ctrl_c_keeps_the_targets_in_progress_of_a_parallel_matrix(tmp_path, start, adapters):

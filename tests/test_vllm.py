@@ -25,6 +25,7 @@ from mmharness.targets.base import (
     DRAFT_LOOKAHEAD,
     EMBED_AND_MASK,
     PREFILL,
+    SCHEDULER_OPTIONS,
     SPLIT,
     WHOLE_ITEMS,
     HarnessGap,
@@ -300,7 +301,8 @@ def test_the_release_loads_with_both_gathers_and_no_stub_reached(target, release
     from mmharness.targets.specs import resolve
 
     assert target.paths == ("v1", "v2")
-    assert target.capabilities == {PREFILL, EMBED_AND_MASK, SPLIT, WHOLE_ITEMS, DRAFT_LOOKAHEAD}
+    options = {WHOLE_ITEMS, DRAFT_LOOKAHEAD, SCHEDULER_OPTIONS}
+    assert target.capabilities == {PREFILL, EMBED_AND_MASK, SPLIT, *options}
     assert target.describe()["field_configs"] == ["grid_thws", "image_grid_thw"]
     assert target.describe()["load_errors"] == {}
     assert type(resolve(str(release_dir))) is type(target)  # a path spec finds vLLM behind the seam
@@ -361,7 +363,7 @@ def test_without_the_v1_runner_the_drafter_runs_on_model_runner_v2(newest):
     """What the files define decides the capabilities: 0.34.0 has no GPU model runner file, and model
     runner V2's gather takes draft_lookahead, so R3d runs there, with 0.33.0's verdict."""
     assert (newest.paths, newest.draft_paths) == (("v2",), ("v2",))
-    assert newest.capabilities == {PREFILL, EMBED_AND_MASK, SPLIT, WHOLE_ITEMS, DRAFT_LOOKAHEAD}
+    assert newest.capabilities == {PREFILL, EMBED_AND_MASK, SPLIT, WHOLE_ITEMS, DRAFT_LOOKAHEAD, SCHEDULER_OPTIONS}
     assert any("model runner V2's is the only path" in note for note in newest.notes())
     result = run_check(CHECKS["prefill.draft_lookahead"], newest)
     assert result.status == HAZARD

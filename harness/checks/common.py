@@ -26,27 +26,18 @@ def plain(cases: SearchStrategy[Case]) -> SearchStrategy[Example]:
     return cases.map(lambda case: (case, {}))
 
 
-UNDECLARED_EVS = "EVS-pruned videos: the target does not say it receives them (it has no unreceived method)"
-
-
 def unreceived(target: Target, case: Case) -> str | None:
-    """Why the target never receives this case (``Target.unreceived``, optional), or ``None``: input its
-    engine's own processors never hand it is no test of it, so a check leaves it out (an EVS-pruned
-    video for a release without EVS, items of two modalities interleaved for vLLM), and the reason goes
-    to the target's ``left_out`` where it keeps one (a loaded target's notes, so the run's untested
-    report says it), so a pass is not read as covering it.
-
-    EVS is one engine's convention (vLLM's differs), so a target without ``unreceived`` (the engine
-    model and its mutants, an adapter of one's own) is given no EVS-pruned video: only the targets that
-    say which cases they receive (the reference: every case) are.
+    """Why the target never receives this case (``Target.unreceived``), or ``None``: input its engine's
+    own processors never hand it is no test of it, so a check leaves it out (an EVS-pruned video for a
+    release without EVS, items of two modalities interleaved for vLLM), and the target is told
+    (``leave_out``: a loaded target's notes, so the run's untested report says it), so a pass is not
+    read as covering it. A target that does not say which cases it receives is given no EVS-pruned
+    video (``UNDECLARED_EVS``): EVS is one engine's convention.
     """
-    asked = getattr(target, "unreceived", None)
-    if asked is not None:
-        why = asked(case)
-        if why is not None and isinstance(getattr(target, "left_out", None), set):
-            target.left_out.add(why)
-        return why
-    return UNDECLARED_EVS if any(item.frame_rows for _, _, item in case.items()) else None
+    why = target.unreceived(case)
+    if why is not None:
+        target.leave_out(why)
+    return why
 
 
 def with_window(case: Case, request: int, prefix_len: int, extend_len: int) -> Case:

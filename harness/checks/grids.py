@@ -9,8 +9,8 @@ layout no processor produces (a flat grid, an image whose grid rows differ from
 its spans, feature rows off the grid's ``t*h*w`` total) is a hazard.
 
 A target may have an engine that never receives some forms (vLLM's field
-configs see tensors of the model's own fields): it names why in an optional
-``split_unreceived(item) -> str | None``, and the check then tries the item
+configs see tensors of the model's own fields): it names why in its
+``split_unreceived(item) -> str | None`` (a hook), and the check then tries the item
 with tensor features and no model data, or checks nothing for it.
 """
 
@@ -143,11 +143,10 @@ def _feature_items(case: Case) -> list[FeatureItem]:
 def _received(target: Target, case: Case, item: Item) -> tuple[Case, Item] | None:
     """The item in a form the target's engine receives (and its case): as drawn, with tensor features
     and no model data, or ``None`` (nothing to check) where it receives neither (``split_unreceived``)."""
-    unreceived = getattr(target, "split_unreceived", None)
-    if unreceived is None or unreceived(item) is None:
+    if target.split_unreceived(item) is None:
         return case, item
     plain = replace(item, feature_form="tensor", model_data=())
-    if unreceived(plain) is not None:
+    if target.split_unreceived(plain) is not None:
         return None
     items = tuple(plain if other is item else other for other in case.requests[0].items)
     return replace(case, requests=(replace(case.requests[0], items=items),)), plain

@@ -9,8 +9,8 @@ Each example also draws the scheduler's other options, independently
 example's params): a token budget per step shared by the requests, an encoder
 compute budget, an encoder cache sized near the items (in embeddings), the
 engine's second gather, and the other option (items whole with a drafter). A
-target that can run them has ``scheduled_prefill`` (vLLM's step driver);
-others run with the option alone. Under every combination the same rules
+target that can run them declares ``SCHEDULER_OPTIONS`` (``scheduled_prefill``:
+vLLM's step driver); others run with the option alone. Under every combination the same rules
 hold: each step's rows are R3's rows of what it scheduled, no step cuts an
 item (R3w), the drafter's gather finds what was encoded (R3d), the step
 that refuses a request schedules nothing of it, and a request the steps
@@ -36,6 +36,7 @@ from mmharness.deadline import NoProgress
 from mmharness.model import Case, Item
 from mmharness.targets.base import (
     DRAFT_LOOKAHEAD,
+    SCHEDULER_OPTIONS,
     UNLIMITED_CACHE,
     WHOLE_ITEMS,
     Encoder,
@@ -72,12 +73,11 @@ def _run_with_options(target: Target, case: Case, params: dict, *, whole: bool, 
     """The prefill under the example's drawn options; ``None`` for an allowed refusal.
 
     The answer has ``rows``, ``steps``, ``drafts`` and ``log`` (``None`` from a
-    target without ``scheduled_prefill``, which runs its option alone).
+    target without ``SCHEDULER_OPTIONS``, which runs its option alone).
     """
     from types import SimpleNamespace
 
-    scheduled_prefill = getattr(target, "scheduled_prefill", None)
-    if scheduled_prefill is None:
+    if SCHEDULER_OPTIONS not in target.capabilities:
         method = "whole_item_prefill" if whole else "draft_prefill"
         served = _served(target, case, method, "prefill with its option")
         if served is None:
@@ -89,7 +89,7 @@ def _run_with_options(target: Target, case: Case, params: dict, *, whole: bool, 
         return params[key] if params.get(key, 0) > 0 else None
 
     call = partial(
-        scheduled_prefill,
+        target.scheduled_prefill,
         case,
         Encoder(case),
         cache=target.new_cache(_cache_size(case, params)),
@@ -249,8 +249,8 @@ def _room(case: Case, served: Any, k: int, lookahead: int) -> Any:
 
 def scheduled_run(target: Target, case: Case, params: dict) -> None:
     """The case run once under the example's drawn options (items whole and a drafter as drawn), held
-    to the rules; nothing for a target without ``scheduled_prefill`` (``prefill.stateful`` uses it)."""
-    if getattr(target, "scheduled_prefill", None) is None or "token_budget" not in params:
+    to the rules; nothing for a target without ``SCHEDULER_OPTIONS`` (``prefill.stateful`` uses it)."""
+    if SCHEDULER_OPTIONS not in target.capabilities or "token_budget" not in params:
         return
     whole, drafter = bool(params.get("whole")), bool(params.get("drafter"))
     served = _run_with_options(target, case, params, whole=whole, drafter=drafter)

@@ -17,6 +17,7 @@ from typing import Any
 from mmharness import tensors
 from mmharness.deadline import Unfinished
 from mmharness.model import Case
+from mmharness.targets import faults
 from mmharness.targets.base import HarnessGap, gap_in
 
 DIVERGENCE, HAZARD, COULD_NOT_TEST = "divergence", "hazard", "could-not-test"
@@ -44,17 +45,29 @@ class Failure(AssertionError):
         """The example that failed, when the runner checked several per draw (``runner.run_swept``)."""
         self.cases = 1
         """How many cases that draw had checked when this one failed."""
+        self.compared: Compared | None = None
+        """How a comparison (``--against``) judged the case, for a failure that is a change."""
 
     def __reduce__(self) -> tuple:
         """Pickled whole (a worker process sends it back): an exception pickles only its message."""
-        fields = (self.message, self.expected, self.actual, self.signature, self.example, self.cases)
-        return _rebuilt, (type(self), *fields)
+        fields = (self.message, self.expected, self.actual, self.signature)
+        return _rebuilt, (type(self), *fields, self.example, self.cases, self.compared)
 
 
-def _rebuilt(kind: type[Failure], message: str, expected: str, actual: str, signature: str, example, cases):
+def _rebuilt(kind: type[Failure], message, expected, actual, signature, example, cases, compared):
     failure = kind(message, expected=expected, actual=actual, signature=signature)
-    failure.example, failure.cases = example, cases
+    failure.example, failure.cases, failure.compared = example, cases, compared
     return failure
+
+
+@dataclass(frozen=True)
+class Compared:
+    """A change a comparison found: ``change`` (regression, fix, neutral), the ``observable`` that
+    differs, and its ``basis``: the failing side's own signature, or the call that differs."""
+
+    change: str
+    observable: str = ""
+    basis: str = ""
 
 
 class Hazard(Failure):
@@ -124,15 +137,17 @@ class Outcome:
 
 
 def observe(call: Callable[[], Any]) -> Outcome:
-    """The call's value or error; a harness gap behind the error ends the check as *could not test*.
+    """The call's value or error; a harness gap behind the error ends the check as *could not test*:
+    one raised as such, or a fault of the harness's own supply code (``targets.faults``), never the
+    engine's outcome.
 
     A case that does not finish (``mmharness.deadline.Unfinished``, a
     ``BaseException``) is no outcome to compare: it passes through to the runner.
     """
     try:
         return Outcome(value=call())
-    except Exception as error:  # the target's errors are what we compare
-        gap = gap_in(error)
+    except (Exception, SystemExit) as error:  # the target's errors are what we compare; an exit is one
+        gap = gap_in(error) or faults.gap(error)
         if gap is not None:
             raise could_not_test(gap, error) from error
         return Outcome(error=error)

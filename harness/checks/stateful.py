@@ -14,7 +14,7 @@ encoders that reuse their output buffers. After every step:
 - a warm cache with room does not re-encode an item it holds (a hazard:
   encoder work not needed; items outside a window are ``prefill.encoder_calls``'s).
 
-A target that runs scheduler options (``scheduled_prefill``: vLLM's step
+A target that runs scheduler options (``SCHEDULER_OPTIONS``: vLLM's step
 driver) then runs the case once more under the example's drawn options
 (``mmharness.checks.options``): requests sharing each step's token budget on a
 cache sized near the items, an encoder budget below it, items whole or a

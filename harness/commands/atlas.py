@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 import os
 
-from mmharness.commands.options import UsageError, command_line, distinct, writable
+from mmharness.commands.options import UsageError, command_line, distinct, writable, write_output
 
 
 def add_parser(sub) -> None:
@@ -23,7 +23,7 @@ def add_parser(sub) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from mmharness import atlas, report
+    from mmharness import atlas
     from mmharness.jsonfile import JSONFileError, read_json
     from mmharness.matrix import Matrix, NotAMatrix
 
@@ -52,7 +52,7 @@ def run(args: argparse.Namespace) -> int:
         picture = os.path.relpath(os.path.abspath(args.picture), beside).replace(os.sep, "/")
     text = atlas.render(matrix, notes, command=command_line(args.argv), picture=picture)
     if args.output:
-        report.write(args.output, text)
+        write_output("--output", args.output, text)
     else:
         print(text, end="")
     return 0

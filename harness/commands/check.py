@@ -11,17 +11,13 @@ from pathlib import Path
 from mmharness.commands.options import (
     DEADLINE_HELP,
     EXIT_CODES,
-    NOTHING_RAN,
     UsageError,
     apply_env,
     check_max_examples,
     distinct,
     engine_option,
     env_option,
-    exit_code,
     findings_option,
-    loaded_target,
-    nothing_ran,
     resolve_target,
     seconds,
     selected_checks,
@@ -37,60 +33,69 @@ def add_parser(sub) -> None:
         epilog=EXIT_CODES,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    check.add_argument(
+    _what_runs(check)
+    _how_it_searches(check)
+    _what_it_writes(check)
+    _what_fails_it(check)
+
+
+def _what_runs(check: argparse.ArgumentParser) -> None:
+    """The target, what it is compared with, the checks and devices."""
+    group = check.add_argument_group("what runs")
+    group.add_argument(
         "--target",
         default="reference",
         help="reference, mutant:NAME, an engine release (ENGINE or ENGINE==X), a path (a tree holding the"
         " engine's package or one rules file), or module:attr (your adapter); `mmharness targets` lists"
         " every form; default: reference",
     )
-    engine_option(check)
-    env_option(check)
-    check.add_argument(
+    engine_option(group)
+    env_option(group)
+    group.add_argument(
         "--against",
         metavar="SPEC",
         help="a known-good target (any --target form: an engine release, a path) every case also runs"
-        " on: each difference is a change, judged by the rules: a regression (fails the run), a fix or a"
-        " neutral change (shown; fail under --strict)",
+        " on, on the paths both have: each difference is a change judged by the rules: a regression"
+        " (fails the run), inherited, permitted, a fix or neutral (shown; fail under --strict)",
     )
-    check.add_argument(
+    group.add_argument(
+        "--allow-lost",
+        action="append",
+        metavar="CHECKS",
+        help="with --against: comma-separated checks that may run on the other target and not on this one"
+        " (lost coverage, else exit 3); repeatable",
+    )
+    group.add_argument(
         "--checks",
         action="append",
         metavar="IDS",
         help="comma-separated check ids, families, rules (R1..R6) or id prefixes; repeatable",
     )
-    check.add_argument("--device", choices=("cpu", "cuda", "all"), default="cpu")
-    check.add_argument(
+    group.add_argument("--device", choices=("cpu", "cuda", "all"), default="cpu")
+
+
+def _how_it_searches(check: argparse.ArgumentParser) -> None:
+    """How each check searches, and how the run spreads and stops."""
+    group = check.add_argument_group("how it searches")
+    group.add_argument(
         "--profile",
         choices=("ci", "dev", "deep"),
         default="ci",
         help="examples per check: ci 100 from seeds fixed per check (default), dev 300 and deep 3000 random",
     )
-    check.add_argument("--max-examples", type=int, metavar="N", help="examples per check (1 to 1000000)")
-    check.add_argument(
+    group.add_argument("--max-examples", type=int, metavar="N", help="examples per check (1 to 1000000)")
+    group.add_argument(
         "--seed", type=int, metavar="N", help="other fixed seeds: the same cases every run, not the ci ones"
     )
-    check.add_argument("--deadline", type=seconds, metavar="S", help=DEADLINE_HELP)
-    check.add_argument("--junit", metavar="FILE", help="write a JUnit XML report")
-    check.add_argument("--json", metavar="FILE", help="write a JSON report")
-    check.add_argument(
-        "--baseline",
-        action="append",
-        metavar="FILE",
-        help="known findings to tolerate, by how they failed (a --write-baseline file or a --json report);"
-        " repeat to combine several (e.g. runs under other seeds)",
-    )
-    check.add_argument("--write-baseline", metavar="FILE", help="write this run's findings as a baseline")
-    check.add_argument("--strict", action="store_true", help="hazards and could-not-test fail the run too")
-    check.add_argument("--fail-fast", action="store_true", help="stop at the first check that fails the run")
-    check.add_argument(
+    group.add_argument("--deadline", type=seconds, metavar="S", help=DEADLINE_HELP)
+    group.add_argument(
         "--first-failure",
         action="store_true",
         help="each check ends at its first case that fails the run, reported and saved as found, not"
         " shrunk: whether the target fails, fast (not with --baseline, whose tolerated findings would end"
         " a search as well)",
     )
-    check.add_argument(
+    group.add_argument(
         "--no-shrink",
         dest="shrink",
         action="store_false",
@@ -99,31 +104,34 @@ def add_parser(sub) -> None:
         " failure, so it draws other cases than a shrinking run with the same seed: compare it with"
         " baselines written with --no-shrink too)",
     )
-    check.add_argument(
-        "--coverage",
+    group.add_argument(
+        "--fail-fast",
         action="store_true",
-        help="measure the branch coverage of the target's rule functions (coverage.py, the `coverage` extra):"
-        " a table, the unreached branches with why, and the figures in --json",
+        help="a first verdict, fast: the run stops at the first way of failing the run (a baseline's known"
+        " findings aside), shrinks that one for --shrink-time at most, saves it and exits",
     )
-    check.add_argument(
+    group.add_argument(
+        "--shrink-time",
+        type=seconds,
+        default=30.0,
+        metavar="S",
+        help="with --fail-fast: seconds the first failure is shrunk for; then its smallest case so far is"
+        " kept, as partly shrunk (default 30)",
+    )
+    group.add_argument(
         "-n",
         "--workers",
         default="1",
         metavar="N",
         help="checks run in N processes, or auto: one per core; the same results as one (default 1)",
     )
-    check.add_argument(
+    group.add_argument(
         "--database",
         metavar="SPEC",
         help="where failing examples are kept and replayed first: none, a directory, github:OWNER/REPO,"
         " redis://HOST (default: none for --profile ci, else a directory in the cache)",
     )
-    check.add_argument(
-        "--findings",
-        metavar="DIR",
-        help="where shrunk failing cases are saved (default: ./findings or $MMHARNESS_FINDINGS)",
-    )
-    check.add_argument(
+    group.add_argument(
         "--regressions",
         metavar="DIR",
         help="saved cases (a finding's file, each naming its check) each check runs before it searches:"
@@ -131,233 +139,241 @@ def add_parser(sub) -> None:
     )
 
 
+def _what_it_writes(check: argparse.ArgumentParser) -> None:
+    """The run's outputs besides the console."""
+    group = check.add_argument_group("what it writes")
+    group.add_argument(
+        "--findings",
+        metavar="DIR",
+        help="where shrunk failing cases are saved (default: ./findings or $MMHARNESS_FINDINGS)",
+    )
+    group.add_argument(
+        "--ledger",
+        metavar="FILE",
+        help="where the run's records go as they happen, one JSON line each (default: ledger.ndjson in the"
+        " findings directory); a ledger without a finished record is a run that did not finish",
+    )
+    group.add_argument("--json", metavar="FILE", help="write a JSON report")
+    group.add_argument("--junit", metavar="FILE", help="write a JUnit XML report")
+    group.add_argument(
+        "--coverage",
+        action="store_true",
+        help="measure the branch coverage of the target's rule functions (coverage.py, the `coverage` extra):"
+        " a table, the unreached branches with why, and the figures in --json",
+    )
+
+
+def _what_fails_it(check: argparse.ArgumentParser) -> None:
+    """What counts against the run: baselines of known findings, and --strict."""
+    group = check.add_argument_group("what fails the run")
+    group.add_argument(
+        "--baseline",
+        action="append",
+        metavar="FILE",
+        help="known findings to tolerate, by how they failed (a --write-baseline file or a --json report);"
+        " repeat to combine several (e.g. runs under other seeds)",
+    )
+    group.add_argument("--write-baseline", metavar="FILE", help="write this run's findings as a baseline")
+    group.add_argument("--strict", action="store_true", help="hazards and could-not-test fail the run too")
+
+
 def run(args: argparse.Namespace) -> int:
-    from mmharness import baseline, interrupts, reach, report, untested
-    from mmharness.checks.outcome import HAZARD
-    from mmharness.progress import Progress, summary_table
+    from mmharness import executor, interrupts, passes, records
+    from mmharness.ledger import Ledger
+
+    plan = _plan(args)
+    ledger = Ledger(plan.ledger)
+    settings = {"profile": args.profile, "max_examples": args.max_examples, "seed": args.seed}
+    units = tuple((check.id, device) for check, device in plan.units)
+    ledger.add(records.Started(plan.spec, plan.against, units, settings, plan.identity, *_given()))
+    ledger.extend(passes.lost(plan))
+    shown = _print_header(plan, args, ledger)
+    done = executor.execute(plan, ledger)
+    if done.failed_fast:
+        print("\n--fail-fast: stopped after the first check that fails the run", flush=True)
+    if done.interrupted:
+        print("\ninterrupted: reporting the checks that ran", flush=True)
+    figures = _passes(plan, ledger, done, shown)
+    _report(plan, ledger, done, args, figures)
+    code = interrupts.exit_code() if done.interrupted else _exit_code(plan, ledger)
+    ledger.add(records.Finished(code, done.interrupted, "fail-fast" if done.failed_fast else ""))
+    return code
+
+
+def _given() -> tuple[dict, str | None]:
+    """The ``--env`` settings and ``--engine`` of this run, which its ledger keeps for replay."""
+    import os
+
+    from mmharness.targets import settings
+    from mmharness.targets.specs import ENGINE_VARIABLE
+
+    return settings.given(), os.environ.get(ENGINE_VARIABLE, "").strip() or None
+
+
+def _plan(args: argparse.Namespace):
+    """The run the options ask for, every option checked (a bad one refused in one line) and the targets
+    loaded before anything runs."""
+    from mmharness import baseline, passes
+    from mmharness.plan import Plan
     from mmharness.runner import cuda_available
-    from mmharness.session import Session
-    from mmharness.workers import ordered
 
     apply_env(args)
     target = resolve_target(args.target)
+    identity = baseline.identity(target, args.target)
     other = against_target(args.against)
     checks = selected_checks(args.checks)
     check_max_examples(args.max_examples)
-    workers = worker_count(args.workers)
-    current = baseline.identity(target, args.target)
-    known = _baseline(args.baseline, current, args.against)
-    if args.first_failure and args.baseline:
-        raise UsageError("--first-failure with --baseline: a tolerated finding would end the search too")
+    if args.first_failure and not args.shrink:  # what the two do together, said once
+        print(
+            "--first-failure with --no-shrink: each check ends at its first failing case, kept as found"
+            " (as with --first-failure alone: --no-shrink's search for every way of failing is not run)",
+            file=sys.stderr,
+        )
     findings, args.findings = findings_option(args.findings)
     outputs = {"--json": args.json, "--junit": args.junit, "--write-baseline": args.write_baseline}
-    distinct({findings: args.findings, **outputs})
+    distinct({findings: args.findings, "--ledger": args.ledger, **outputs})
     writable(findings, args.findings, directory=True)
-    writable("--json", args.json)
-    writable("--junit", args.junit)
-    writable("--write-baseline", args.write_baseline)
-    database = _database(args.database, args.profile)
-    regressions = _regressions(args.regressions, {check.id for check in checks})
-    devices = ["cpu", "cuda"] if args.device == "all" else [args.device]
+    for option, path in {**outputs, "--ledger": args.ledger}.items():
+        writable(option, path)
+    _database(args.database, args.profile)  # refused here, opened where each unit runs
     if args.device == "cuda" and not cuda_available():
         raise UsageError("--device cuda: no CUDA device is visible (try --device cpu)")
-    measured = _coverage_files(target) if args.coverage else None
-    color = report.use_color(sys.stdout)
-    _print_header(target, args.target, known.notes if known else (), other, args.against)
-    shown = target.notes()
-    if args.coverage and not measured:
-        print(f"coverage: {args.target} loads no engine files: nothing to measure\n")
-    results = []
-    interrupted = False
-
-    units = [(check, device) for device in devices for check in checks]
-    options = {
+    functions = {*target.engine_functions(), *(other.engine_functions() if other is not None else ())}
+    allowed = _allowed_lost(args.allow_lost, args.against, {check.id for check in checks} | functions)
+    known = _baseline(args.baseline, identity, args.against)
+    stopping = args.first_failure or args.fail_fast
+    search = {
         "profile": args.profile,
         "max_examples": args.max_examples,
         "seed": args.seed,
         "deadline": args.deadline,
-        "stop_at": _failing_kinds(args.strict) if args.first_failure else (),  # the workers' too
+        "stop_at": _failing_kinds(args.strict) if stopping else (),
         "shrink": args.shrink,
+        "shrink_seconds": args.shrink_time if args.fail_fast and not args.first_failure else None,
+        "tolerated": known.signatures() if known is not None and stopping else {},
     }
-    session = Session(
-        target,
+    return Plan(
         args.target,
-        database=database,
-        findings=Path(args.findings),
-        regressions=regressions,
-        against=other,
-        against_spec=args.against,
-        **options,
+        target,
+        checks,
+        ["cpu", "cuda"] if args.device == "all" else [args.device],
+        Path(args.findings),
+        search=search,
+        database=args.database,
+        regressions=_regressions(args.regressions, {check.id for check in checks}),
+        against=args.against,
+        other=other,
+        workers=worker_count(args.workers),
+        coverage=_coverage_files(target) if args.coverage else None,
+        fail_fast=args.fail_fast,
+        strict=args.strict,
+        baseline=known,
+        identity=identity,
+        allow_lost=allowed,
+        ledger=passes.ledger_path(Path(args.findings), args.ledger),
     )
-    if regressions:
-        total = sum(len(cases) for cases in regressions.values())
-        print(f"regressions: {total} saved case(s) from {args.regressions or REGRESSIONS} run first\n")
-    produced = None
-    reached, recorder = None, None
-    if measured:
-        reached = reach.Reached()
-        recorder = reach.Recorder(measured) if workers == 1 else None
-    with interrupts.handled():
-        try:
-            if recorder is not None:
-                recorder.start()
-            with Progress(len(units), "checks") as progress:
-                # Interrupted, ``ordered`` yields what had started (the checks in progress with their
-                # partial results, ``interrupted``), serially or with workers, then raises ``Stop``.
-                if workers == 1:
-                    produced = ordered(lambda c, d: session.run(c, d, on_example=progress.tick), units, 1)
-                else:
-                    work = [
-                        (
-                            args.target,
-                            c.id,
-                            d,
-                            args.database,
-                            {
-                                **options,
-                                "regressions": {c.id: regressions.get(c.id, ())},
-                                "against_spec": args.against,
-                            },
-                            measured,
-                        )
-                        for c, d in units
-                    ]
-                    produced = ordered(_check_in_worker, work, min(workers, len(units)))
-                for check, _ in units:
-                    progress.start(check.id)
-                    result = next(produced)
-                    if reached is not None:  # a worker's answer carries the arcs it reached
-                        result, arcs = reach.unwrapped(result)
-                        reached.add(arcs)
-                    results.append(session.keep(result))
-                    if result.interrupted:  # stopped part-way: its findings are in the report below
-                        continue
-                    progress.line(report.result_line(result, color=color))
-                    stopping = interrupts.requested() is not None  # a signal outranks --fail-fast
-                    if args.fail_fast and not stopping and _fails(result, known, args.strict):
-                        raise _FailedFast
-                next(produced, None)  # the end, or the interruption after the last partial result
-        except _FailedFast:
-            print("\n--fail-fast: stopped after the first check that fails the run", flush=True)
-        except KeyboardInterrupt:  # report what ran, and what the checks in progress found
-            interrupted = True
-            print("\ninterrupted: reporting the checks that ran", flush=True)
-        finally:
-            if produced is not None:
-                produced.close()  # stops the workers
-            if recorder is not None:
-                reached.add(recorder.stop())
-    tolerated = 0
-    for result in results:
-        for finding in result.findings:
-            known_one = known is not None and known.tolerates(result, finding)
-            tolerated += known_one
-            note = "  (tolerated: in the baseline)" if known_one else ""
-            details = report.finding_details(result, finding, args.target, against=args.against)
-            print("\n" + details + note)
-    tolerance = f"; {tolerated} finding(s) tolerated by the baseline" if known else ""
-    rows = [
-        (
-            r.check.id,
-            r.device,
-            report.LABELS[r.status],
-            str(len(r.findings)),
-            str(r.examples_run),
-            str(r.cases_run),
+
+
+def _allowed_lost(given: list[str] | None, against: str | None, known: set[str]) -> frozenset[str]:
+    """``--allow-lost NAME,...``: checks or engine functions whose lost coverage does not fail the run;
+    each must be a selected check or a function either target knows, and only with ``--against``."""
+    names = {name.strip() for value in given or () for name in value.split(",") if name.strip()}
+    if names and against is None:
+        raise UsageError("--allow-lost needs --against: coverage is lost only against another target")
+    unknown = sorted(names - known)
+    if unknown:
+        raise UsageError(
+            f"--allow-lost {', '.join(unknown)}: not a check this run selects nor an engine function either"
+            " target knows"
         )
-        for r in results
-    ]
+    return frozenset(names)
+
+
+def _passes(plan, ledger, done, shown: list[str]) -> dict | None:
+    """The passes over the search's records: lost coverage, the baseline's tolerance and known cases
+    replayed (not after an interruption: the search did not finish), coverage figures."""
+    from mmharness import passes, reach
+
+    if plan.baseline is not None:
+        ledger.extend(passes.tolerance(ledger.records, plan.baseline))
+        if not done.interrupted:
+            ledger.extend(passes.changed_known(ledger.records, plan))
+    ledger.extend(records_untested(plan, ledger, shown))
+    if done.reached is None:
+        return None
+    return reach.analyse(plan.target, plan.coverage, done.reached)
+
+
+def records_untested(plan, ledger, shown: list[str]) -> list:
+    """What of the target the run did not exercise (``mmharness.untested``), as records; ``shown``: the
+    notes the header printed."""
+    from mmharness import records, untested
+
+    return [records.Untested(line) for line in untested.report(ledger.records, plan.target, shown)]
+
+
+def _report(plan, ledger, done, args, figures: dict | None) -> None:
+    """Every view of the records: the console (what did not run first), JSON, JUnit, a baseline file."""
+    from mmharness import baseline, reach, records, report
+    from mmharness.views import console, json_report, junit
+
+    untested = [r.what for r in ledger.of(records.Untested)]
+    lines = console.not_run(ledger.records, plan.spec, untested)
+    if lines:
+        print("\n" + "\n".join(lines))
+    for text in console.findings(ledger.records, plan.spec, against=plan.against):
+        print("\n" + text)
     print()
-    summary_table(rows, ("check", "device", "verdict", "findings", "examples", "cases"), sys.stdout)
-    print(report.summary(results) + tolerance)
-    deeper = known and baseline.shallower(known, results)
-    if deeper:
-        print(f"note: {deeper}")
-    for entry in known.stale(results) if known else ():
-        print(f"stale baseline entry (did not reproduce): {entry.check} [{entry.device}] {entry.signature}")
-    changes = _changed_known(known, target, other, results, args) if known and not interrupted else []
-    changed_json = [change.as_json() for change in changes]
-    left = untested.report(results, shown)
-    if left:
-        print(f"\nuntested in {args.target} (what this run did not exercise):")
-        for line in left:
-            print(f"  {line}")
-    figures = None
-    if reached is not None:
-        figures = reach.analyse(target, measured, reached)
+    console.table(ledger.records)
+    tolerated = len(ledger.of(records.Tolerated))
+    print(
+        console.summary(ledger.records)
+        + (f"; {tolerated} finding(s) tolerated by the baseline" if plan.baseline else "")
+    )
+    _baseline_notes(plan, ledger)
+    if figures is not None:
         print("\n" + reach.render(figures))
+    shown = {"strict": plan.strict, "interrupted": done.interrupted, "against": plan.against}
     if args.json:
-        data = report.as_json(
-            results,
-            args.target,
-            strict=args.strict,
-            identity=current,
-            interrupted=interrupted,
-            coverage=figures,
-            against=args.against,
-            untested=left,
-            changes=changed_json,
+        data = json_report.as_json(
+            ledger.records, plan.spec, identity=plan.identity, coverage=figures, untested=untested, **shown
         )
         report.write(args.json, json.dumps(data, indent=2) + "\n")
     if args.junit:
-        junit = report.as_junit(
-            results,
-            args.target,
-            strict=args.strict,
-            interrupted=interrupted,
-            against=args.against,
-            changes=changed_json,
-        )
-        report.write(args.junit, junit)
+        report.write(args.junit, junit.as_junit(ledger.records, plan.spec, **shown))
     if args.write_baseline:
         search = {"profile": args.profile, "seed": args.seed, "against": args.against}
-        document = baseline.dump(results, current, search)
+        document = baseline.dump(ledger.records, plan.identity, search)
         report.write(args.write_baseline, json.dumps(document, indent=2) + "\n")
-    if interrupted:
-        return interrupts.exit_code()
-    if nothing_ran(results):
-        return NOTHING_RAN
-    changed = [HAZARD] * len(changes)  # as a hazard: shown, and fatal under --strict
-    return exit_code([f.kind for r in results for f in _untolerated(r, known)] + changed, strict=args.strict)
 
 
-def _changed_known(known, target, other, results, args) -> list:
-    """The baseline's known findings whose own case no longer fails as recorded (``baseline.recheck``;
-    against ``other`` where the run was), each shown with its case saved and the line replaying it."""
-    from mmharness import baseline, report
+def _baseline_notes(plan, ledger) -> None:
+    """How the baseline met this run: searched deeper than it, entries that did not reproduce, known
+    findings whose own case changed."""
+    from mmharness import baseline
+    from mmharness.views import console
 
-    changes = baseline.recheck(known, target, results, other=other, other_spec=args.against or "")
-    if changes:
-        print(
-            f"\n{len(changes)} known finding(s) changed: the baseline's own case no longer fails as recorded"
-            " (the code changed where it already failed: a fix, or a change the known signature would"
-            " hide; fatal under --strict; once reviewed, write the baseline again)"
-        )
-    for change in changes:
-        entry = change.entry
-        note = f"the baseline's case of {entry.kind}: {entry.signature}"
-        change.saved = report.save_case(
-            change.now.check, entry.example, args.target, Path(args.findings), note
-        )
-        print(f"  {entry.check} [{entry.device}] {entry.signature}: {change.shown()}")
-        print(f"    saved to: {change.saved}")
-        print(f"    reproduce with: {report.replay_command(change.saved, args.target, against=args.against)}")
-    return changes
+    known = plan.baseline
+    if known is None:
+        return
+    deeper = baseline.shallower(known, ledger.records)
+    if deeper:
+        print(f"note: {deeper}")
+    for entry in known.stale(ledger.records):
+        print(f"stale baseline entry (did not reproduce): {entry.check} [{entry.device}] {entry.signature}")
+    lines = console.changed(ledger.records, plan.spec, against=plan.against)
+    if lines:
+        print("\n" + "\n".join(lines))
 
 
-class _FailedFast(Exception):
-    """``--fail-fast`` met a check that fails the run."""
+def _exit_code(plan, ledger) -> int:
+    from mmharness import passes
+    from mmharness.exits import NOTHING_RAN
 
-
-def _untolerated(result, known) -> list:
-    """The result's findings the baseline (if any) does not know: what counts against the run."""
-    return [f for f in result.findings if known is None or not known.tolerates(result, f)]
-
-
-def _fails(result, known, strict: bool) -> bool:
-    from mmharness.runner import fails_run
-
-    return any(fails_run(f.kind, strict=strict) for f in _untolerated(result, known))
+    code = passes.exit_code(ledger.records, strict=plan.strict)
+    if code == NOTHING_RAN:
+        print("nothing ran: every check was skipped (see the reasons above)", file=sys.stderr)
+    return code
 
 
 def _failing_kinds(strict: bool) -> tuple[str, ...]:
@@ -382,26 +398,6 @@ def _baseline(paths: list[str] | None, current: dict, against: str | None):
     if problem:
         raise UsageError(f"--baseline {problem}")
     return known
-
-
-def _check_in_worker(
-    spec: str, check_id: str, device: str, database: str | None, options: dict, measured: list | None = None
-):
-    """One check in a worker process: the target is loaded once per process, the database opened there.
-    ``measured``: the engine files to measure (``--coverage``); the answer then carries the arcs reached."""
-    from mmharness.checks import all_checks
-    from mmharness.session import Session
-
-    opened = _database(database, options["profile"])
-    against_spec = options.get("against_spec")
-    other = loaded_target(against_spec) if against_spec else None
-    session = Session(loaded_target(spec), spec, database=opened, against=other, **options)
-    check = all_checks()[check_id]
-    if measured:
-        from mmharness import reach
-
-        return reach.measured_call(measured, session.run, check, device)
-    return session.run(check, device)
 
 
 def _coverage_files(target) -> list[str]:
@@ -451,20 +447,33 @@ def _database(spec: str | None, profile: str):
         raise UsageError(str(error)) from None
 
 
-def _print_header(target, spec: str, baseline_notes=(), other=None, other_spec: str | None = None) -> None:
+def _print_header(plan, args, ledger) -> list[str]:
     """The target and what a user should know before reading its verdicts (stubs, missing modules; how
     a baseline applies: to another spelling of the same files, or by spec only); with ``--against``,
-    the target compared with, and its notes."""
-    _print_target("target", target, spec)
-    notes = [*target.notes(), *(f"baseline {note}" for note in baseline_notes)]
-    for note in notes:
+    the target compared with, and its notes; regressions run first; coverage with nothing to measure."""
+    from mmharness import records
+
+    _print_target("target", plan.target, plan.spec)
+    shown = plan.target.notes()
+    baseline_notes = plan.baseline.notes if plan.baseline else ()
+    for note in [*shown, *(f"baseline {note}" for note in baseline_notes)]:
         print(f"  note: {note}")
-    if other is not None:
-        _print_target("against", other, other_spec)
-        for note in other.notes():
+    if plan.other is not None:
+        from mmharness.against import path_note
+
+        _print_target("against", plan.other, plan.against)
+        for note in [*plan.other.notes(), *filter(None, [path_note(plan.target, plan.other, plan.against)])]:
             print(f"  note: {note}")
         print("  each difference is a change: regression (fails the run), fix, neutral (fail under --strict)")
+        for lost in ledger.of(records.Lost):  # what no longer runs, before any verdict
+            print(f"  lost coverage: {lost.shown()}" + (" (allowed: --allow-lost)" if lost.allowed else ""))
     print(flush=True)
+    if plan.coverage is not None and not plan.coverage:
+        print(f"coverage: {plan.spec} loads no engine files: nothing to measure\n")
+    if plan.regressions:
+        total = sum(len(cases) for cases in plan.regressions.values())
+        print(f"regressions: {total} saved case(s) from {args.regressions or REGRESSIONS} run first\n")
+    return shown
 
 
 def _print_target(label: str, target, spec: str) -> None:

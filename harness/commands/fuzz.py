@@ -8,6 +8,8 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager, suppress
 from pathlib import Path
 
 from mmharness.commands.listing import print_description
@@ -80,7 +82,8 @@ def add_parser(sub) -> None:
     fuzz.add_argument(
         "--describe",
         action="store_true",
-        help="engine parsers and checks: show the loaded target (release, files, functions, stubs); exit",
+        help="engine parsers and checks: show the loaded target (release, files, functions, stubs); exit"
+        " (a check that cannot run on it exits as a run would: 4 skipped, 3 could not test)",
     )
 
 
@@ -95,20 +98,34 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError("fuzz: give a PARSER or check:ID (`mmharness fuzz --list` lists them)")
     _known_fuzz_target(args.parser)
     apply_env(args)
-    from mmharness.fuzz import FINDINGS_ENV
+    from mmharness.fuzz import FINDINGS_ENV, findings_dir
 
     saved = os.environ.get(FINDINGS_ENV)
     if args.findings:  # the fuzz guard reads it from the environment; put it back for a caller in-process
         os.environ[FINDINGS_ENV] = args.findings
     try:
-        if args.parser.startswith(CHECK_PREFIX):
-            return _run_check_fuzzer(args)
-        return _run_fuzzer(args)
+        with _removed_if_left_empty(findings_dir()):
+            if args.parser.startswith(CHECK_PREFIX):
+                return _run_check_fuzzer(args)
+            return _run_fuzzer(args)
     finally:
         if saved is None:
             os.environ.pop(FINDINGS_ENV, None)
         else:
             os.environ[FINDINGS_ENV] = saved
+
+
+@contextmanager
+def _removed_if_left_empty(directory: Path) -> Iterator[None]:
+    """libFuzzer needs its artifact directory before it writes a crash there, so the run makes it; one
+    this run made and left empty is removed: a run that wrote nothing leaves no empty ``./findings``."""
+    existed = directory.exists()
+    try:
+        yield
+    finally:
+        if not existed:
+            with suppress(OSError):  # not empty (a finding was written), or never made
+                directory.rmdir()
 
 
 def _known_fuzz_target(name: str) -> None:
@@ -258,16 +275,17 @@ def _run_check_fuzzer(args: argparse.Namespace) -> int:
         raise UsageError(f"--corpus {seeds}: not a directory")
     _check_libfuzzer_args(args.passthrough)
     target = resolve_target(spec)
-    if args.describe:
+    if args.describe:  # then whether the check can run: a description of one that cannot is no success
         print_description(checks.describe(args.parser, target))
-        return 0
-    known = _check_baseline(args.baseline, check_id, target, spec)
+    known = set() if args.describe else _check_baseline(args.baseline, check_id, target, spec)
     from mmharness.checks import all_checks
 
     unrunnable = not_run(all_checks()[check_id], target, checks.DEVICE)
     if unrunnable is not None:
         print(f"mmharness: {check_id} cannot run on {spec}: {unrunnable.reason}", file=sys.stderr)
         return NOTHING_RAN if unrunnable.status == SKIPPED else COULD_NOT_TEST_EXIT
+    if args.describe:
+        return 0
     try:
         import atheris  # noqa: F401
     except ImportError:

@@ -15,6 +15,7 @@ from mmharness.commands.options import (
     selected_checks,
     worker_count,
     writable,
+    write_output,
 )
 
 NEAREST_OPTIONS = {
@@ -93,7 +94,7 @@ def _targets(args: argparse.Namespace) -> int:
     if args.nearest:
         return _nearest(args)
     if args.spec:
-        print_description(resolve_target(args.spec).describe())
+        print_description(_with_tree(resolve_target(args.spec)))
         return 0
     from mmharness.targets.specs import listing
 
@@ -156,15 +157,24 @@ def _nearest(args: argparse.Namespace) -> int:
     print("\n".join(["", *nearest.ranking_lines(found), "", *nearest.change_lines(found)]))
     code = interrupts.exit_code() if found.interrupted else nearest.exit_code(found)
     if args.json:
-        from mmharness import report
-
         document = nearest.as_json(found, [c.id for c in checks], code=code)
-        report.write(args.json, json.dumps(document, indent=2) + "\n")
+        write_output("--json", args.json, json.dumps(document, indent=2) + "\n")
     if found.interrupted:
         print("\ninterrupted: the ranking holds the candidates that finished")
     elif code == nearest.REGRESSED:
         print(f"\nexit {code}: the changes from {found.nearest.spec} include a regression")
     return code
+
+
+def _with_tree(target) -> dict:
+    """The target's ``describe()``, with ``tree`` after its release where it is a tree by path: a fork's
+    version file names its donor release, which alone would read as that release."""
+    from mmharness.targets.provenance import tree
+
+    described, said = target.describe(), tree(target)
+    if said is None:
+        return described
+    return {**dict(list(described.items())[:2]), "tree": said, **described}
 
 
 def print_description(description: dict) -> None:

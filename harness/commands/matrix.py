@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 
 from mmharness.commands.options import (
@@ -32,10 +33,12 @@ from mmharness.commands.options import (
     engine_option,
     env_option,
     exit_code,
+    loaded_target,
     seconds,
     selected_checks,
     worker_count,
     writable,
+    write_output,
 )
 
 GRID_HELP = (
@@ -156,7 +159,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _matrix(args: argparse.Namespace) -> int:
-    from mmharness import interrupts, report, shards
+    from mmharness import interrupts, shards
     from mmharness.commands.check import against_target
     from mmharness.matrix import run_matrix
     from mmharness.progress import Progress
@@ -175,6 +178,11 @@ def _matrix(args: argparse.Namespace) -> int:
     if args.shard:
         index, count = args.shard
         targets = shards.share(args.targets, index, count)
+        if not targets:  # nothing would run, yet its report would merge as a share that did
+            raise UsageError(
+                f"--shard {index}/{count}: this share has no targets ({len(args.targets)} target(s) over"
+                f" {count} shards): run at most {len(args.targets)} shard(s)"
+            )
         print(f"shard {index}/{count}: {len(targets)} of {len(args.targets)} targets", file=sys.stderr)
 
     with interrupts.handled():  # one block: a signal between the search and the replay stops cleanly too
@@ -216,7 +224,7 @@ def _matrix(args: argparse.Namespace) -> int:
     if args.json:
         document = matrix.as_json(strict=args.strict)
         if args.shard:
-            settings = shards.Settings(
+            settings = shards.Settings.of_run(
                 args.profile,
                 args.seed,
                 args.max_examples,
@@ -228,7 +236,7 @@ def _matrix(args: argparse.Namespace) -> int:
             whole = command_line(_unsharded(args.argv))
             shard = shards.Shard(*args.shard, tuple(args.targets), settings, whole)
             document = shards.report(matrix, shard)
-        report.write(args.json, json.dumps(document, indent=2) + "\n")
+        write_output("--json", args.json, json.dumps(document, indent=2) + "\n")
     if matrix.interrupted:
         return interrupts.exit_code()
     return _matrix_exit_code(matrix, strict=args.strict)
@@ -267,9 +275,10 @@ def _show_matrix(matrix, *, strict: bool, deadline: float | None, grid: str = "a
     from mmharness import report
     from mmharness.deadline import SIGNATURE as DID_NOT_FINISH
     from mmharness.matrix import render
+    from mmharness.views import console
 
     compact = grid == "always" or (grid == "auto" and sys.stdout.isatty())
-    print(render(matrix, color=report.use_color(sys.stdout), strict=strict, grid=compact))
+    print(render(matrix, color=console.use_color(sys.stdout), strict=strict, grid=compact))
     for (check_id, spec), cell in matrix.cells.items():
         for seen in cell.findings:
             if seen.saved:
@@ -302,9 +311,9 @@ def _unsharded(argv: list[str]) -> list[str]:
 
 
 def _merge(args: argparse.Namespace) -> int:
-    from mmharness import interrupts, report
+    from mmharness import interrupts
     from mmharness.jsonfile import JSONFileError, read_json
-    from mmharness.matrix import REPLAY_INTERRUPTED
+    from mmharness.matrix import NotAMatrix, save_found
     from mmharness.shards import MergeError, merge
 
     workers = worker_count(args.workers)
@@ -315,15 +324,49 @@ def _merge(args: argparse.Namespace) -> int:
         matrix, settings = merge([(path, read_json(path, "a shard report")) for path in args.shards])
     except (JSONFileError, MergeError) as error:
         raise UsageError(str(error)) from None
-    if args.replay and not settings.no_replay and not matrix.interrupted:
-        from mmharness.commands.check import against_target
+    settings.apply()  # the shards' --env and --engine: each case shrinks, replays and saves as it ran
+    replaying = args.replay and not settings.no_replay and not matrix.interrupted
+    _unchanged(matrix, replaying=replaying)
+    with interrupts.handled():  # under the deadline the shards' checks ran under (None: none, so 0)
+        if args.findings:  # each case on disk before any is shrunk: an interrupted merge keeps them all
+            try:
+                save_found(matrix, args.findings)
+            except NotAMatrix as error:
+                raise UsageError(f"a shard's report: {error}") from None
+        if replaying:
+            from mmharness.commands.check import against_target
 
-        against_target(settings.against)  # the shards' --against must load here to replay against it
-        with interrupts.handled():  # under the deadline the shards' checks ran under (None: none, so 0)
+            against_target(settings.against)  # the shards' --against must load here to replay against it
             _replay(matrix, workers, 0 if settings.deadline is None else settings.deadline, args.findings)
     _show_matrix(matrix, strict=settings.strict, deadline=settings.deadline, grid=args.grid)
     if args.json:
-        report.write(args.json, json.dumps(matrix.as_json(strict=settings.strict), indent=2) + "\n")
-    if matrix.replay == REPLAY_INTERRUPTED:
+        write_output("--json", args.json, json.dumps(matrix.as_json(strict=settings.strict), indent=2) + "\n")
+    if matrix.interrupted:  # its replay, or a shard: what did not finish never exits 0
         return interrupts.exit_code()
     return _matrix_exit_code(matrix, strict=settings.strict)
+
+
+def _unchanged(matrix, *, replaying: bool) -> None:
+    """Refuse a merge over a path target whose files changed since its shard tested them (the digest its
+    report recorded, ``Matrix.digests``): its cells are of other code, and a replay would mix the two.
+    A release is verified against its download (``targets.releases``); a path the merge cannot see is
+    checked only where it must load, to replay, and refused there."""
+    from mmharness.baseline import identity
+    from mmharness.targets.specs import is_path
+
+    for spec, recorded in matrix.digests.items():
+        if not is_path(spec):
+            continue
+        if not os.path.exists(os.path.expanduser(spec)):
+            if replaying:
+                raise UsageError(
+                    f"{spec}: its shard tested it, but it is not here to replay on; merge where it is,"
+                    " or join without replaying (merge --no-replay)"
+                )
+            continue
+        now = identity(loaded_target(spec), spec).get("digest")
+        if now != recorded:
+            raise UsageError(
+                f"{spec}: its files changed since its shard tested them (digest {recorded[:12]} then,"
+                f" {str(now)[:12]} now): run its shard again on the files as they are"
+            )

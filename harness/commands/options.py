@@ -6,20 +6,28 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
 
-PASSED_EXIT, DIVERGED, USAGE_ERROR, COULD_NOT_TEST_EXIT, NOTHING_RAN = 0, 1, 2, 3, 4
-EXIT_CODES = """exit codes:
-  0    every check passed (hazards shown; skips are functions the target lacks)
-  1    a divergence (under --strict: also a hazard or a could-not-test)
-  2    usage error: bad option, unreadable file, unloadable target
-  3    the harness could not test part of the target (nothing diverged)
-  4    nothing ran: every check (or replayed case) was skipped
-  130  interrupted by Ctrl-C (SIGINT); the report says so and keeps what was found
-  143  terminated (SIGTERM); likewise"""
+from mmharness.exits import (  # noqa: F401 - the commands' shared names
+    COULD_NOT_TEST_EXIT,
+    DIVERGED,
+    EXIT_CODES,
+    NOTHING_RAN,
+    PASSED_EXIT,
+    USAGE_ERROR,
+)
 
 
 class UsageError(Exception):
     """Bad input from the user: printed as one line, exit code 2."""
+
+
+class Interrupted(KeyboardInterrupt):
+    """A signal outside a run's ``interrupts.handled`` block (a target loading): the message says what it
+    stopped, printed as one line (exit 130); a ``KeyboardInterrupt``, so callers that keep what they have
+    on one still do."""
 
 
 DEADLINE_HELP = (
@@ -60,13 +68,33 @@ def worker_count(value: str) -> int:
 
 
 def writable(option: str, path: str | None, *, directory: bool = False) -> None:
-    """Refuse an output path before any check runs, not after all of them (see ``report.writable``)."""
+    """Refuse an output path before any check runs, not after all of them (see ``report.writable``).
+
+    A directory that does not exist yet is not made here: its nearest existing ancestor is tried
+    instead, so a run that writes nothing (a check that cannot run, a clean search) leaves no empty
+    ``./findings`` behind; it is made when the first file is written into it."""
     from mmharness.report import writable
 
-    if path is not None:
-        problem = writable(path, directory=directory)
-        if problem:
-            raise UsageError(f"{option} {path}: {problem}")
+    if path is None:
+        return
+    probed = Path(path)
+    if directory:
+        while not probed.exists() and probed.parent != probed:
+            probed = probed.parent
+    problem = writable(str(probed), directory=directory)
+    if problem:
+        raise UsageError(f"{option} {path}: {problem}")
+
+
+def write_output(option: str, path: str, text: str) -> None:
+    """Write an output the user named (``report.write``: atomic); one the disk refuses (full, past a
+    file-size limit, read-only) is one line naming it, exit 2: a report that is not there is said."""
+    from mmharness import report
+
+    try:
+        report.write(path, text)
+    except OSError as error:
+        raise UsageError(f"{option} {path}: cannot write it ({error.strerror or error})") from None
 
 
 def distinct(outputs: dict[str, str | None]) -> None:
@@ -124,26 +152,34 @@ def engine_option(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def resolve_target(spec: str):
-    """A ``--target`` spec as a loaded target; one that does not load is a usage error."""
+@contextmanager
+def _loading(spec: str) -> Iterator[None]:
+    """A target that does not load is a usage error; Ctrl-C while it loads (outside any run's
+    ``interrupts.handled`` block) is one line saying so, not a traceback."""
     from mmharness.targets.base import TargetError
-    from mmharness.targets.specs import resolve
 
     try:
-        return resolve(spec)
+        yield
     except TargetError as error:
         raise UsageError(str(error)) from None
+    except KeyboardInterrupt:
+        raise Interrupted(f"interrupted while loading {spec}") from None
+
+
+def resolve_target(spec: str):
+    """A ``--target`` spec as a loaded target; one that does not load is a usage error."""
+    from mmharness.targets.specs import resolve
+
+    with _loading(spec):
+        return resolve(spec)
 
 
 def loaded_target(spec: str):
     """``resolve_target``, once per spec and ``--env`` values in a process (``specs.loaded``)."""
-    from mmharness.targets.base import TargetError
     from mmharness.targets.specs import loaded
 
-    try:
+    with _loading(spec):
         return loaded(spec)
-    except TargetError as error:
-        raise UsageError(str(error)) from None
 
 
 ENV_HELP = (

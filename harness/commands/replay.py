@@ -1,4 +1,5 @@
-"""``mmharness replay``: re-run saved cases (``findings/*.json``) against the target they name, or another."""
+"""``mmharness replay``: re-run saved cases (``findings/*.json``, or the findings a run's ledger recorded)
+against the target they name, or another."""
 
 from __future__ import annotations
 
@@ -27,7 +28,13 @@ if TYPE_CHECKING:
 
 def add_parser(sub) -> None:
     replay = sub.add_parser("replay", help="re-run saved cases")
-    replay.add_argument("cases", nargs="+", metavar="CASE.json")
+    replay.add_argument(
+        "cases",
+        nargs="+",
+        metavar="CASE.json",
+        help="saved cases; a run's ledger (ledger.ndjson) replays every finding it recorded, those a"
+        " killed run found and did not get to save among them",
+    )
     replay.add_argument("--target", help="target spec (default: the one the case was saved from)")
     engine_option(replay)
     env_option(replay)
@@ -41,17 +48,17 @@ def add_parser(sub) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from mmharness import report
     from mmharness.checks import all_checks
     from mmharness.progress import Progress
+    from mmharness.views import console
     from mmharness.workers import ordered
 
     apply_env(args)
     checks = all_checks()
     workers = worker_count(args.workers)
-    saved = [_saved_case(path, args.target, checks) for path in args.cases]  # every file read first
-    work = [unit for unit, _ in saved]
-    _apply_recorded(args, [(path, document) for path, (_, document) in zip(args.cases, saved, strict=True)])
+    saved = [one for path in args.cases for one in _saved(path, args.target, checks)]  # every file read first
+    work = [unit for _, unit, _ in saved]
+    _apply_recorded(args, [(path, document) for path, _, document in saved])
     if args.against is not None:  # resolved before anything runs
         try:
             loaded_target(args.against)
@@ -61,12 +68,12 @@ def run(args: argparse.Namespace) -> int:
     with Progress(len(work), "cases") as progress:
         units = [(*w, args.deadline, args.against) for w in work]
         replayed = ordered(_replay_in_worker, units, min(workers, len(work)))
-        for path, (spec, _, _, _) in zip(args.cases, work, strict=True):
+        for path, (spec, _, _, _), _ in saved:
             result = next(replayed)
             for finding in result.findings:
                 finding.saved = path
-            line = report.result_line(result, color=report.use_color(sys.stdout)) + f"  [{path}]"
-            details = report.failure_details(result, spec, against=args.against)
+            line = console.result_line(result, color=console.use_color(sys.stdout)) + f"  [{path}]"
+            details = console.result_details(result, spec, against=args.against)
             progress.line(line + ("\n" + details if result.findings else ""))
             results.append(result)
     if nothing_ran(results):
@@ -74,15 +81,46 @@ def run(args: argparse.Namespace) -> int:
     return exit_code([result.status for result in results], strict=False)
 
 
-def _saved_case(path: str, target: str | None, checks: dict) -> tuple[tuple[str, str, Case, dict], Document]:
-    """A saved case file as ``(target spec, check id, case, params)`` and its document; a usage error
-    says what is wrong."""
-    from mmharness import params, payload
+Saved = tuple[str, tuple[str, str, "Case", dict], "Document"]
+"""What to replay: where it came from, ``(target spec, check id, case, params)``, and its document."""
 
+
+def _saved(path: str, target: str | None, checks: dict) -> list[Saved]:
+    """A saved case file, or every finding a ledger recorded (``path#N``: its N-th), as what to replay;
+    a usage error says what is wrong."""
+    from mmharness import ledger, payload
+
+    path, _, picked = path.partition("#") if ".ndjson#" in path else (path, "", "")
+    if not path.endswith(".ndjson"):
+        try:
+            return [(path, *_unit(path, payload.load_document(path), target, checks))]
+        except (OSError, payload.PayloadError) as error:
+            raise UsageError(f"{path}: {error}") from None
     try:
-        document = payload.load_document(path)
-    except (OSError, payload.PayloadError) as error:
-        raise UsageError(f"{path}: {error}") from None
+        documents = ledger.case_documents(ledger.read(path))
+    except ledger.LedgerError as error:
+        raise UsageError(str(error)) from None
+    if not documents:
+        raise UsageError(f"{path}: the ledger records no finding with a case")
+    numbered = list(enumerate(documents, 1))
+    if picked:
+        if not picked.isdigit() or not 1 <= int(picked) <= len(documents):
+            raise UsageError(f"{path}#{picked}: the ledger records findings #1 to #{len(documents)}")
+        numbered = [numbered[int(picked) - 1]]
+    found = []
+    for n, document in numbered:
+        where = f"{path}#{n}"
+        try:
+            found.append((where, *_unit(where, payload.parse_document(document), target, checks)))
+        except payload.PayloadError as error:
+            raise UsageError(f"{where}: {error}") from None
+    return found
+
+
+def _unit(path: str, document: Document, target: str | None, checks: dict) -> tuple[tuple, Document]:
+    """A saved case's document as ``(target spec, check id, case, params)``, checked."""
+    from mmharness import params
+
     check_id = document.provenance.get("check")
     if check_id not in checks:
         named = f"names no known check ({check_id!r})"

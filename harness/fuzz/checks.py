@@ -173,9 +173,9 @@ def report_finding(
 
     Where the replay does not fail again (a flaky target), the example is saved as the fuzzer found it.
     """
-    from mmharness import report
     from mmharness.runner import Finding, Result, run_check, status_of
     from mmharness.session import Session
+    from mmharness.views import console
 
     print(f"mmharness: {check.id} failed on {spec}: {failure.message}; shrinking", file=sys.stderr)
     result = run_check(check, target, profile="dev", max_examples=1, database=database, deadline=deadline)
@@ -195,7 +195,7 @@ def report_finding(
         )
     Session(target, spec, findings=findings).keep(result)
     for finding in result.findings:
-        print("\n" + report.finding_details(result, finding, spec) + "\n", file=sys.stderr, flush=True)
+        print("\n" + console.finding_details(result, finding, spec) + "\n", file=sys.stderr, flush=True)
     return result
 
 

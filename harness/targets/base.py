@@ -3,11 +3,13 @@
 A target translates a ``Case`` into its own objects and calls its own functions.
 It never imports checks; the checks only see this protocol. Methods a target
 lacks are absent from ``capabilities`` and the checks needing them are skipped.
+What generic code asks beyond those methods is ``EngineHooks``, each hook with a default.
 """
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping, Sequence
+import inspect
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
@@ -18,6 +20,8 @@ from mmharness.model import Case, Item
 
 if TYPE_CHECKING:
     import torch
+    from mmharness.reach import Excluded
+    from mmharness.targets.settings import Declarations
 
 # Capabilities: one per function a check may call.
 CHUNK = "chunk"  # R1 embedding_chunk
@@ -32,6 +36,7 @@ SPLIT = "split"  # R5 split_item
 WHOLE_ITEMS = "whole_items"  # R3w whole_item_prefill: an engine option, not in every engine
 DRAFT_LOOKAHEAD = "draft_lookahead"  # R3d draft_prefill: an engine option, not in every engine
 SHORT_LISTS = "short_lists"  # R3 with per-request lists shorter than the batch (EAGLE's convention)
+SCHEDULER_OPTIONS = "scheduler_options"  # R3w, R3d and the step budgets under drawn scheduler options
 
 ALL_CAPABILITIES = frozenset(
     {CHUNK, PRECOMPUTED, PREFILL, PER_REQUEST_PATH, EMBED_AND_MASK, COUNT, ADJUST, ONE_GRID, SPLIT}
@@ -63,6 +68,7 @@ METHODS: dict[str, tuple[str, ...]] = {
     WHOLE_ITEMS: ("whole_item_prefill", "new_cache"),
     DRAFT_LOOKAHEAD: ("draft_prefill", "new_cache"),
     SHORT_LISTS: ("chunked_prefill_embedding", "new_cache"),
+    SCHEDULER_OPTIONS: ("scheduled_prefill", "new_cache"),
 }
 """What a target declaring a capability must implement; a target implements only what it declares."""
 
@@ -100,8 +106,8 @@ REQUIRED = ("name", "capabilities", "describe")
 
 
 def with_defaults(adapter: Any) -> Target:
-    """``adapter`` as a ``Target``: itself where it is one, else a view of it adding the defaults of
-    what it lacks (``missing``, ``unloaded``, ``paths``, ``notes()``)."""
+    """``adapter`` as a ``Target``: itself where it is one, else a view of it adding the defaults of the
+    ``EngineHooks`` it lacks."""
     return adapter if isinstance(adapter, Target) else _WithDefaults(adapter)
 
 
@@ -135,7 +141,7 @@ def unloaded(
 
 def missing_methods(target: object) -> list[str]:
     """The methods a target's declared capabilities need and it lacks (empty when it is whole)."""
-    declared = getattr(target, "capabilities", frozenset())
+    declared = target.capabilities  # type: ignore[attr-defined]  # REQUIRED is checked first
     return sorted(
         {
             f"{method} (for {capability})"
@@ -173,30 +179,19 @@ class Encoder:
         return [key for call in self.calls for key in call]
 
 
-@runtime_checkable
-class Target(Protocol):
-    """What a check may ask of a target. Tensors in and out are on ``case.device``.
+UNDECLARED_EVS = "EVS-pruned videos: the target does not say it receives them (its unreceived is the default)"
 
-    A target has a ``name``, its ``capabilities`` and ``describe``, and
-    implements the methods of the capabilities it declares (``METHODS``). It
-    explains absent ones in ``missing`` (capability -> why), which skip reasons
-    show. A capability absent because the file that should hold it did not load
-    goes in ``unloaded`` (capability -> the file and its error) as well: its
-    checks are *could not test*, never a skip, since a broken file is not a
-    missing feature. ``paths`` names the ways it can take to one answer, its
-    default first, ``notes()`` what a user should know before reading its
-    verdicts, and ``cache_events(cache)`` what its cache did (``--against``
-    compares it). Those five have defaults here (nothing missing or unloaded, the
-    paths ``default_paths`` gives, no notes, a cache it cannot observe), which a class subclassing
-    ``Target`` inherits; an adapter with only the first three is given them
-    (``with_defaults``), so an adapter written before them still loads. Each
-    method's contract is its rule in ``docs/rules.md``;
-    ``mmharness.targets.reference`` implements every rule's method, and
-    ``docs/examples/toy_adapter.py`` is a target with a few of them.
+
+@runtime_checkable
+class EngineHooks(Protocol):
+    """What generic code asks of a target besides its capabilities' methods: each hook with a default.
+
+    A class subclassing ``Target`` (``LoadedTarget`` for an engine's files) inherits the defaults and
+    overrides what its engine knows; ``with_defaults`` gives them to an adapter that lacks them. Generic
+    code calls them directly, and ``mmharness.testing`` checks each is there, callable as declared
+    (``hook_problems``).
     """
 
-    name: str
-    capabilities: frozenset[str]
     missing: Mapping[str, str] = MappingProxyType({})
     """Capability -> why this target lacks it (skip reasons quote it)."""
     unloaded: Mapping[str, str] = MappingProxyType({})
@@ -206,10 +201,7 @@ class Target(Protocol):
     def paths(self) -> tuple[PathName, ...]:
         """The paths this target can take to one answer (``batched``, ``per_request``; ``v1``, ``v2``),
         its default first."""
-        return default_paths(self.capabilities)
-
-    def describe(self) -> dict[str, Any]:
-        """What ``mmharness targets`` shows: release, files, functions, stubbed names."""
+        return default_paths(self.capabilities)  # type: ignore[attr-defined]
 
     def notes(self) -> list[str]:
         """What a user should know before reading this target's verdicts (``check`` prints them)."""
@@ -222,9 +214,110 @@ class Target(Protocol):
         and nothing is compared (never a change)."""
         return None
 
+    def unreceived(self, case: Case) -> str | None:
+        """Why this target's engine never receives ``case`` (its own processors never make it), or
+        ``None``: a check leaves such a case out rather than judge it. EVS is one engine's convention,
+        so by default an EVS-pruned video is left out (``UNDECLARED_EVS``)."""
+        return UNDECLARED_EVS if any(item.frame_rows for _, _, item in case.items()) else None
+
+    def leave_out(self, why: str) -> None:
+        """A drawn case was left out for ``why`` (``unreceived``): a target keeping notes says it is
+        untested (``LoadedTarget``); by default nothing is kept."""
+
+    def split_unreceived(self, item: Item) -> str | None:
+        """Why the engine's splitter never sees this item form (R5's checks then try a plain one), or
+        ``None``: by default every form is received."""
+        return None
+
+    def rule_functions(self) -> Mapping[str, Callable[..., Any]]:
+        """Name -> the engine function that carries out a rule (``check --coverage`` reports each, entered
+        or not); by default none, and only the functions a run enters are reported."""
+        return {}
+
+    def excluded_branches(self) -> Sequence[Excluded]:
+        """Branches of the rule functions verified, by reading the engine's code, to be taken by no run
+        of the rules (``reach.Excluded``): ``check --coverage`` leaves them out of its CPU figure."""
+        return ()
+
+    def branch_reasons(self) -> Mapping[str, str]:
+        """Reason (one of ``reach.REASONS``) -> a pattern of the engine's own names that give it: a
+        guard reading one explains an unreached branch so (an engine's CUDA event, say)."""
+        return {}
+
+    def declared_settings(self) -> Declarations | None:
+        """The engine settings its code may read, as its package declares them (``targets.settings``);
+        ``None``: the harness cannot see them."""
+        return None
+
+    def engine_functions(self) -> Mapping[str, str | None]:
+        """Every engine function the harness knows by name -> ``None`` where a check drives it, else why
+        none does (absent, an unknown form, a parameter it cannot supply): the fork report lists the
+        latter, and a comparison calls one driven there and not here lost coverage. By default none."""
+        return {}
+
+
+@runtime_checkable
+class Target(EngineHooks, Protocol):
+    """What a check may ask of a target. Tensors in and out are on ``case.device``.
+
+    A target has a ``name``, its ``capabilities`` and ``describe`` (``REQUIRED``), and
+    implements the methods of the capabilities it declares (``METHODS``). It
+    explains absent ones in ``missing`` (capability -> why), which skip reasons
+    show. A capability absent because the file that should hold it did not load
+    goes in ``unloaded`` (capability -> the file and its error) as well: its
+    checks are *could not test*, never a skip, since a broken file is not a
+    missing feature. The rest is ``EngineHooks``, whose defaults a class subclassing
+    ``Target`` inherits; an adapter with only ``REQUIRED`` is given them
+    (``with_defaults``), so an adapter written before them still loads. Each
+    method's contract is its rule in ``docs/rules.md``;
+    ``mmharness.targets.reference`` implements every rule's method, and
+    ``docs/examples/toy_adapter.py`` is a target with a few of them.
+    """
+
+    name: str
+    capabilities: frozenset[str]
+
+    def describe(self) -> dict[str, Any]:
+        """What ``mmharness targets`` shows: release, files, functions, stubbed names."""
+
+
+HOOKS = tuple(name for name in vars(EngineHooks) if not name.startswith("_"))
+"""Every ``EngineHooks`` member, by name."""
+
+
+def hook_problems(target: object) -> list[str]:
+    """The hooks a target lacks, or cannot be called with as ``EngineHooks`` declares them (generic code
+    calls them so); empty when it keeps the contract."""
+    problems = []
+    for hook in HOOKS:
+        declared = vars(EngineHooks)[hook]
+        if not hasattr(target, hook):
+            problems.append(f"{hook}: absent")
+        elif inspect.isfunction(declared) and not _callable_as(getattr(target, hook), _called(declared)):
+            problems.append(f"{hook}: not callable as {hook}{_called(declared)}")
+    return problems
+
+
+def _called(method: Callable[..., Any]) -> inspect.Signature:
+    """How generic code calls a hook: its signature less ``self``."""
+    signature = inspect.signature(method)
+    return signature.replace(parameters=list(signature.parameters.values())[1:])
+
+
+def _callable_as(function: Any, declared: inspect.Signature) -> bool:
+    """Whether ``function`` takes the arguments a hook declared so is called with."""
+    parameters = declared.parameters.values()
+    positional = [None for p in parameters if p.kind is p.POSITIONAL_OR_KEYWORD]
+    keywords = {p.name: None for p in parameters if p.kind is p.KEYWORD_ONLY}
+    try:
+        inspect.signature(function).bind(*positional, **keywords)
+    except (TypeError, ValueError):  # not callable, or takes other arguments
+        return False
+    return True
+
 
 class _WithDefaults(Target):
-    """An adapter shaped like ``Target`` before it had defaults: its own members, then ``Target``'s."""
+    """An adapter shaped like ``Target`` before it had hooks: its own members, then the hooks' defaults."""
 
     def __init__(self, adapter: Any) -> None:
         self._adapter = adapter
@@ -234,17 +327,23 @@ class _WithDefaults(Target):
 
     name = property(lambda self: self._adapter.name)
     capabilities = property(lambda self: self._adapter.capabilities)
-    missing = property(lambda self: getattr(self._adapter, "missing", MappingProxyType({})))
-    unloaded = property(lambda self: getattr(self._adapter, "unloaded", MappingProxyType({})))
-    paths = property(lambda self: getattr(self._adapter, "paths", default_paths(self.capabilities)))
 
     def describe(self) -> dict[str, Any]:
         return self._adapter.describe()
 
-    def notes(self) -> list[str]:
-        own = getattr(self._adapter, "notes", None)
-        return own() if own is not None else []
 
-    def cache_events(self, cache: Any) -> list[CacheEvent] | None:
-        own = getattr(self._adapter, "cache_events", None)
-        return own(cache) if own is not None else None
+def _own_or_default(hook: str) -> property:
+    """The adapter's own ``hook`` where it has one, else ``EngineHooks``' default (a value, a property's
+    value or a bound method)."""
+    default = vars(EngineHooks)[hook]
+
+    def read(self: _WithDefaults) -> Any:
+        if hasattr(self._adapter, hook):
+            return getattr(self._adapter, hook)
+        return default.__get__(self, _WithDefaults) if hasattr(default, "__get__") else default
+
+    return property(read)
+
+
+for _hook in HOOKS:
+    setattr(_WithDefaults, _hook, _own_or_default(_hook))

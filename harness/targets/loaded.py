@@ -25,6 +25,7 @@ from typing import Any, ClassVar, Generic, TypeVar
 
 from mmharness.targets import loader
 from mmharness.targets.base import HarnessGap, PathName, Target
+from mmharness.targets.settings import Declarations
 from mmharness.targets.stubs import Record
 
 
@@ -47,8 +48,16 @@ class LoadedTarget(Target):
         """The sha256 of each engine file read, by its path in the package, as the load found them (a
         module followed into the target's tree included: its code is the target's too)."""
         self.left_out: set[str] = set()
-        """Why the cases a check drew and left out (``checks.common.unreceived``) never reach this engine:
-        untested, so the notes (and the fork report) say so."""
+        """Why the cases a check drew and left out (``leave_out``) never reach this engine: untested, so
+        the notes (and the fork report) say so."""
+
+    def leave_out(self, why: str) -> None:
+        self.left_out.add(why)
+
+    def declared_settings(self) -> Declarations | None:
+        """None to declare for a load without engine shims (``NoShims``); an engine whose shims read
+        settings gives their declarations. ``None``: shims of another kind, whose settings are unseen."""
+        return Declarations() if isinstance(self.engine.shims, loader.NoShims) else None
 
     # describe ---------------------------------------------------------------------
 
@@ -200,8 +209,8 @@ class Factory(Generic[_T]):
 
     ``members`` are the wheel paths a release keeps; ``example`` a release to
     suggest; ``absent`` why a release has no files of the layout; ``shims`` the
-    stand-ins of a load from a source; ``installed_shims`` those an installed
-    package's target reads instead (its own classes), where it reads any.
+    stand-ins of a load from a source (none by default: ``NoShims``); ``installed_shims``
+    those an installed package's target reads instead (its own classes), where it reads any.
     """
 
     target: Callable[[loader.Engine, str], _T]
@@ -209,7 +218,7 @@ class Factory(Generic[_T]):
     members: tuple[str, ...]
     example: str
     absent: str
-    shims: Callable[[loader.Source], Callable[[Record], loader.Shims]]
+    shims: Callable[[loader.Source], Callable[[Record], loader.Shims]] = lambda source: loader.NoShims
     installed_shims: Callable[[], Any] | None = None
 
     def load(self, source: loader.Source, *, transform: loader.CodeTransform | None = None) -> loader.Engine:

@@ -41,13 +41,15 @@ runs (the fuzzers instrument the parser files for coverage this way, since
 atheris's import hook never sees files executed by path).
 
 Compiling the files is most of a load; compiled code is cached (``marshal``,
-keyed by the file's path and bytes) under the harness cache directory.
+keyed by the file's path and bytes) under the harness cache directory, each
+entry checked against its digest before it runs (``compiled``).
 """
 
 from __future__ import annotations
 
 import ast
 import builtins
+import contextlib
 import functools
 import hashlib
 import importlib.util
@@ -65,8 +67,9 @@ from importlib.util import MAGIC_NUMBER
 from pathlib import Path
 from typing import Any, Protocol
 
-from mmharness.storage import cache_dir
+from mmharness.storage import cache_dir, read_verified, write_verified
 from mmharness.targets.base import TargetError
+from mmharness.targets.guarded import GUARDED_OS, exited
 from mmharness.targets.stubs import Record, Stub
 
 CodeTransform = Callable[[str, types.CodeType], types.CodeType]
@@ -239,23 +242,27 @@ def release_of(package_dir: Path | None, package: str) -> str | None:
 # Compiled code cache -----------------------------------------------------------------
 
 
+BYTECODE_FORMAT = b"mmharness-bytecode-2\0"
+"""Part of each entry's key: entries are ``storage.write_verified`` (a digest before the code) from this
+format on, apart from the bare ``marshal`` data an older harness keeps under the older keys."""
+
+
 def compiled(path: Path) -> types.CodeType:
-    """The file's code object, from the bytecode cache when its path and bytes are unchanged."""
+    """The file's code object, from the bytecode cache when its path and bytes are unchanged.
+
+    An entry runs only once its digest matches what it holds (``storage.read_verified``): one cut by a
+    full disk or with a flipped bit (which ``marshal`` may well read as other code) is compiled again
+    and replaced."""
     source = path.read_bytes()
-    key = hashlib.sha256(MAGIC_NUMBER + os.fsencode(path) + b"\0" + source).hexdigest()[:40]
-    cached = cache_dir() / "bytecode" / f"{key}.bin"
-    try:
-        return marshal.loads(cached.read_bytes())
-    except (OSError, ValueError, EOFError, TypeError):
-        pass
+    key = hashlib.sha256(BYTECODE_FORMAT + MAGIC_NUMBER + os.fsencode(path) + b"\0" + source)
+    cached = cache_dir() / "bytecode" / f"{key.hexdigest()[:40]}.bin"
+    data = read_verified(cached)
+    if data is not None:
+        with contextlib.suppress(ValueError, EOFError, TypeError):  # whole, yet unreadable: compiled again
+            return marshal.loads(data)
     code = compile(source, str(path), "exec", dont_inherit=True)
-    try:
-        cached.parent.mkdir(parents=True, exist_ok=True)
-        partial = cached.with_suffix(f".{os.getpid()}.tmp")
-        partial.write_bytes(marshal.dumps(code))
-        os.replace(partial, cached)
-    except OSError:
-        pass  # a read-only cache only costs compile time
+    with contextlib.suppress(OSError):  # a read-only or full cache only costs compile time
+        write_verified(cached, marshal.dumps(code))
     return code
 
 
@@ -270,6 +277,11 @@ class Shims(Protocol):
 
 
 class NoShims:
+    """The shims of an engine that needs none: every name a stub module serves is a recorded ``Stub``."""
+
+    def __init__(self, record: Record | None = None) -> None:
+        """``record``: the load's, as ``Factory.shims`` hands it (unused: nothing is shimmed)."""
+
     def shim_for(self, name: str) -> None:
         return None
 
@@ -377,6 +389,8 @@ class Namespace:
             name = _resolve_relative(name, (globals or {}).get("__package__") or "", level)
         elif top in self.aliases:
             name = self.package + name[len(top) :]
+        elif top == "os" and (name == "os" or not fromlist):  # ``os`` itself: its ending calls guarded
+            return GUARDED_OS
         elif top not in (self.package, *self.stub_packages):
             if not (self.stub_missing and not _importable(top)):
                 return _REAL_IMPORT(name, globals, locals, fromlist, level)
@@ -645,8 +659,8 @@ def load(
     for name in sorted(source.files, key=lambda n: order.index(n) if n in order else len(order)):
         try:
             namespace.module(name)
-        except Exception as error:  # an engine file we cannot run: report it, keep the rest
-            errors[name] = f"{type(error).__name__}: {error}".splitlines()[0]
+        except (Exception, SystemExit) as error:  # an engine file we cannot run: report it, keep the rest
+            errors[name] = exited(error) or load_error(error)
     namespace.loading = False
     record.armed = loud
     real = {
@@ -663,6 +677,15 @@ def load(
         load_seconds=time.perf_counter() - started,
         followed=dict(namespace.followed),
     )
+
+
+_PRIVATE_NAME = re.compile(rf"\b{PRIVATE_PREFIX}\d+\.")
+
+
+def load_error(error: BaseException) -> str:
+    """A file's load error in one line, in the engine's own module names: the private namespace a load
+    runs in (``_mmharness_engine1.sglang...``) is no name the fork's maintainer knows."""
+    return _PRIVATE_NAME.sub("", f"{type(error).__name__}: {error}".splitlines()[0])
 
 
 @functools.cache

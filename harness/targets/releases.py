@@ -8,6 +8,12 @@ unpacked into ``<cache>/releases/ENGINE-X/`` and the wheel is deleted. Unpacking
 temporary directory renamed into place, so concurrent workers (``pytest -n``)
 never see half a release.
 
+Every cached byte that runs is the wheel's: each load checks the release against its manifest
+(``COMPLETE``: a digest per file) and the manifest against its own digest (``SEAL``), so a manifest cut
+short, a file garbled or one it does not list is found (``damaged``); the release is then fetched
+again, or, where the index cannot be reached, refused in one line naming the file. Never loaded: half a
+rules file still parses and would read as a release lacking its functions (a false skip).
+
 Every failure a user can hit becomes one ``TargetError`` line saying what is
 wrong and what to do.
 """
@@ -36,12 +42,18 @@ COMPLETE = "mmharness-release-2.txt"
 (The ``-2`` marks the member set that includes each release's item type: older
 unpacked releases lack it and are fetched again.) Its first line names the
 wheel; each further line is ``SHA256 MEMBER`` of a kept file, so a cached file
-damaged or edited since is refused (``_verify``) rather than loaded: half a
-rules file still parses and would read as a release lacking its functions. A line
+damaged or edited since is found (``damaged``) rather than loaded. A line
 ``members=HASH`` records the member list asked for (``members_hash``): a release
 unpacked for another list (an older harness's, lacking a file the engine now reads)
 is fetched again once, and kept as it is where the index cannot be reached."""
 MEMBERS_LINE = "members="
+SEAL = f"{COMPLETE}.sha256"
+"""Beside the manifest, written after it: the manifest's sha256, so that a manifest cut short (at a line
+boundary, where every line left still reads, or mid-line) or edited is refused as such, not read as a
+release lacking the files it no longer lists. A manifest from before seals is held to the form
+``_unpack`` writes (every line whole, the wheel's ``METADATA`` last), then sealed. Every ``.py`` file in a
+release must be one the manifest lists: code no digest covers never runs as the release."""
+_ENTRY = re.compile(r"([0-9a-f]{64}) (\S.*)")
 
 FALLBACK_HOSTS = (
     ("manylinux_2_34_x86_64", "3.12"),
@@ -88,23 +100,37 @@ def fetch(package: str, version: str, members: tuple[str, ...], *, example: str)
     if not _VERSION_SPEC.match(version):
         raise TargetError(f"{package}=={version}: not a release version; write e.g. {package}=={example}")
     target = release_dir(package, version)
-    requirement = f"{package}=={version}"
-    if (target / COMPLETE).is_file():
-        if unpacked_for(target) == members_hash(members):
-            _verify(target, requirement)
-            return target
-        try:  # unpacked for another member list: fetched again once
-            return _fetch(package, version, members, target, replace=True)
-        except TargetError:  # no index at hand: the copy there still loads, lacking what it lacks
-            _verify(target, requirement)
-            return target
-    return _fetch(package, version, members, target)
+    if not (target / COMPLETE).is_file():
+        return _fetch(package, version, members, target)
+    damage = damaged(target)
+    if damage is None and unpacked_for(target) == members_hash(members):
+        return target
+    try:  # damaged, or unpacked for another member list: fetched again (once: then it is sealed)
+        return _fetch(package, version, members, target, replace=True)
+    except TargetError as error:
+        if damage is not None:
+            raise TargetError(
+                f"the cached copy of {package}=={version} is damaged ({damage}), and fetching it again"
+                f" failed ({error}); remove {target} and retry where the index is reachable"
+            ) from None
+        return target  # another member list, no index at hand: the copy there loads, lacking what it lacks
 
 
 def _fetch(
     package: str, version: str, members: tuple[str, ...], target: Path, *, replace: bool = False
 ) -> Path:
     """Download and unpack into ``target``; ``replace``: over a complete copy unpacked for other members."""
+    try:
+        return _fetched(package, version, members, target, replace=replace)
+    except OSError as error:  # a full disk, a read-only cache: nothing half-unpacked is left in place
+        raise TargetError(
+            f"cannot unpack {package}=={version} into {target.parent} ({error.strerror or error})"
+        ) from None
+
+
+def _fetched(
+    package: str, version: str, members: tuple[str, ...], target: Path, *, replace: bool = False
+) -> Path:
     target.parent.mkdir(parents=True, exist_ok=True)
     _remove_abandoned(target)
     with tempfile.TemporaryDirectory(dir=target.parent, prefix=f".{target.name}.") as scratch:
@@ -279,22 +305,58 @@ def _unpack(wheel: Path, into: Path, package: str, version: str, members: tuple[
             data = archive.read(member)
             destination.write_bytes(data)
             digests.append(f"{hashlib.sha256(data).hexdigest()} {member}\n")
-    (into / COMPLETE).write_text(f"{wheel.name}\n{MEMBERS_LINE}{members_hash(members)}\n" + "".join(digests))
+    manifest = f"{wheel.name}\n{MEMBERS_LINE}{members_hash(members)}\n" + "".join(digests)
+    (into / COMPLETE).write_text(manifest)
+    _seal(into, manifest.encode())
 
 
-def _verify(target: Path, requirement: str) -> None:
-    """Refuse a cached release whose files differ from what was unpacked (older markers hold no digests)."""
-    for line in (target / COMPLETE).read_text(errors="replace").splitlines()[1:]:
-        if line.startswith(MEMBERS_LINE):
-            continue
-        digest, _, member = line.partition(" ")
-        path = target / member
+def _seal(target: Path, manifest: bytes) -> None:
+    (target / SEAL).write_text(hashlib.sha256(manifest).hexdigest() + "\n")
+
+
+def damaged(target: Path) -> str | None:
+    """What is wrong with a cached release (its manifest cut, a file changed, one it does not list), in
+    words naming the file; ``None``: every file is the wheel's. An intact manifest from before seals is
+    sealed here (``SEAL``)."""
+    manifest = target / COMPLETE
+    try:
+        text = manifest.read_bytes()
+        seal = (target / SEAL).read_text().strip() if (target / SEAL).is_file() else None
+    except OSError as error:
+        return f"its manifest {manifest} cannot be read ({error.strerror})"
+    if seal is not None and seal != hashlib.sha256(text).hexdigest():
+        return f"its manifest {manifest} is cut or changed: it no longer matches its digest in {SEAL}"
+    entries = _entries(manifest, text.decode(errors="replace"))
+    if isinstance(entries, str):
+        return entries
+    if seal is None and not next(reversed(entries), "").endswith(".dist-info/METADATA"):
+        return f"its manifest {manifest} is cut: it does not end with the wheel's METADATA"
+    for member, digest in entries.items():
         try:
-            intact = hashlib.sha256(path.read_bytes()).hexdigest() == digest
+            intact = hashlib.sha256((target / member).read_bytes()).hexdigest() == digest
         except OSError:
             intact = False
         if not intact:
-            raise TargetError(
-                f"the cached copy of {requirement} is damaged ({member} differs from the wheel's);"
-                f" remove {target} to download it again"
-            )
+            return f"{member} differs from the wheel's"
+    unlisted = sorted(p.relative_to(target).as_posix() for p in target.rglob("*.py") if p.is_file())
+    unlisted = [member for member in unlisted if member not in entries]
+    if unlisted:
+        return f"{unlisted[0]} is not in its manifest {manifest}"
+    if seal is None:
+        with contextlib.suppress(OSError):  # a read-only cache: checked again next time
+            _seal(target, text)
+    return None
+
+
+def _entries(manifest: Path, text: str) -> dict[str, str] | str:
+    """A manifest's ``SHA256 MEMBER`` lines as member -> digest, in order; a line that is not one (cut
+    mid-line, garbled): what is wrong, naming the manifest and the line."""
+    entries = {}
+    for number, line in enumerate(text.splitlines()[1:], 2):
+        if line.startswith(MEMBERS_LINE):
+            continue
+        entry = _ENTRY.fullmatch(line)
+        if entry is None:
+            return f"its manifest {manifest} is cut or garbled at line {number}"
+        entries[entry[2]] = entry[1]
+    return entries

@@ -16,7 +16,8 @@ refused; ``$MMHARNESS_ENGINE`` (``--engine``) says which engine it is instead, i
 
 ``module:attr`` names a target class, factory or instance directly. A target
 implements only the capabilities it declares (``mmharness.targets.base.METHODS``);
-a mismatch is refused with the missing methods named.
+a mismatch is refused with the missing methods named, as is a hook it cannot be
+asked as ``EngineHooks`` declares it.
 """
 
 from __future__ import annotations
@@ -29,7 +30,14 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from functools import cache
 
-from mmharness.targets.base import REQUIRED, Target, TargetError, missing_methods, with_defaults
+from mmharness.targets.base import (
+    REQUIRED,
+    Target,
+    TargetError,
+    hook_problems,
+    missing_methods,
+    with_defaults,
+)
 from mmharness.targets.engine import ENGINE_GROUP, Engine
 
 ENTRY_POINT_GROUP = "mmharness.targets"
@@ -283,7 +291,7 @@ def _resolve(spec: str) -> Target:
     for form in every:
         if not form.paths and form.matches(spec):
             return form.resolve(spec)
-    if _is_path(spec):
+    if is_path(spec):
         path_forms = [form for form in every if form.paths]
         engine = chosen_engine()
         if engine is not None:
@@ -321,7 +329,7 @@ def _spec_forms(every: Sequence[SpecForm]) -> str:
     return ", ".join(form.pattern for form in every)
 
 
-def _is_path(spec: str) -> bool:
+def is_path(spec: str) -> bool:
     """A spec naming a file or directory (existing, or written like one) rather than a module."""
     written_like_a_path = os.sep in spec or spec.endswith(".py") or spec.startswith((".", "~"))
     return written_like_a_path or os.path.exists(spec)
@@ -359,6 +367,9 @@ def _instantiate(spec: str, attr: str, obj: object) -> Target:
         raise TargetError(
             f"target {spec!r}: declares capabilities it does not implement: missing {', '.join(missing)}"
         )
+    wrong = hook_problems(target)
+    if wrong:
+        raise TargetError(f"target {spec!r}: {'; '.join(wrong)} (see mmharness.api.EngineHooks)")
     return target
 
 

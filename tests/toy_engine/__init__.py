@@ -1,23 +1,23 @@
-"""A toy third engine for ``tests/test_engine_contract.py``: the whole contract, with nothing else edited.
+"""A toy third engine, built on ``mmharness.api`` alone, with nothing of the checkout edited.
 
-Its one spec form, ``toy``, resolves to the reference model under another name; its one fuzz target,
-``toy-parser``, describes itself (running it needs atheris and is not asked of it). The test registers
-``ENGINE`` in the ``mmharness.engines`` entry-point group by patching ``importlib.metadata.entry_points``.
+``release/toyserve/`` stands in for an engine's package: one rule file, R1's chunk. ``adapter.py``
+loads it by path (a ``Layout`` and a ``Factory`` with no shims) into a ``LoadedTarget``. Its one spec
+form, ``toy``, is that copy; its one fuzz target, ``toy-parser``, describes itself (running it needs
+atheris and is not asked of it). The tests register ``ENGINE`` in the ``mmharness.engines`` entry-point
+group by patching ``importlib.metadata.entry_points`` and hold it to ``mmharness.testing``.
 """
 
 from __future__ import annotations
 
-from mmharness.targets.base import Target
-from mmharness.targets.engine import Engine
-from mmharness.targets.specs import SpecForm
+from mmharness.api import Engine, SpecForm, Target
 
 
 def _resolve(spec: str) -> Target:
-    from mmharness.targets.reference import ReferenceTarget
+    from toy_engine.adapter import FACTORY, RELEASE
 
-    return ReferenceTarget()
+    return FACTORY.from_path(str(RELEASE), name="toy")
 
 
-TOY = SpecForm("toy", "the toy engine (the reference model, renamed)", lambda s: s == "toy", _resolve)
+TOY = SpecForm("toy", "the toy engine (its rules, in the tests)", lambda s: s == "toy", _resolve)
 
 ENGINE = Engine("toy", __name__, (TOY,), {"toy-parser": "toy_engine.fuzz"})

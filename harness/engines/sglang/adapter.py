@@ -14,16 +14,16 @@ the table of release forms is called too, and noted; one with a parameter the
 harness cannot name is never called, and noted with that parameter.
 
 A ``Case`` becomes the engine's own arguments, as the engine's caller
-(``embed_mm_inputs``) makes them: one call per modality, one engine item per
-case item of it (offsets as ``(start, end)`` pairs, placeholder id as
-``pad_value``), cumulative ``items_size``, per-request prefix and extend
-lengths (cut short where the case says, as EAGLE hands them) and
-``items_offset_list``; end to end goes through ``embed_mm_inputs`` itself.
-Adapter-level problems are left for the engine to raise, so the checks compare
-the engine's own errors. Every call into the engine is watched: a stub or item
-attribute the harness cannot answer, reached during the call, turns the call's
-outcome into a ``HarnessGap`` (a *could not test* verdict), even where engine
-code caught the error.
+(``embed_mm_inputs``) makes them (``inputs``: the harness's supply, whose
+faults are never the engine's): one call per modality; end to end goes through
+``embed_mm_inputs`` itself. Adapter-level problems are left for the engine to
+raise, so the checks compare the engine's own errors, and this module's code
+reads the engine's answers back (a raise here is the engine's outcome). Every
+call into the engine is watched: a stub or item attribute the harness cannot
+answer, reached during the call, turns the call's outcome into a ``HarnessGap``
+(a *could not test* verdict), even where engine code caught the error. Each
+function of the forms table the harness never calls on a release is noted with
+why (``Functions.undriven``), and the fork report lists it.
 """
 
 from __future__ import annotations
@@ -34,17 +34,18 @@ import re
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
-from itertools import accumulate
 from types import ModuleType, SimpleNamespace
 from typing import TYPE_CHECKING, Any
 
 from mmharness import item_data, reach, tensors
-from mmharness.engines.sglang import cache_watch, excluded, forms, items, layout, shims
+from mmharness.engines.sglang import cache_watch, excluded, forms, inputs, items, layout, shims
 from mmharness.engines.sglang.forms import Found
 from mmharness.model import Case, Item, Request, interleaves, is_well_formed, listed_windows, pruned
 from mmharness.targets import base, distributed, loader
 from mmharness.targets.base import UNLIMITED_CACHE, Encoder, FeatureItem, HarnessGap, PathName, TargetError
 from mmharness.targets.loaded import Factory, LoadedTarget
+from mmharness.targets.settings import Declarations
+from mmharness.targets.stubs import Stub
 
 if TYPE_CHECKING:
     import torch
@@ -54,6 +55,9 @@ PATH_SWITCHES = ("_is_hip", "_is_npu", "_is_xpu")
 PER_REQUEST = "per_request"
 CACHE_INITS = ("init_mm_embedding_cache", "init_embedding_cache")
 KIMI_FEATURE = "KimiK3ForConditionalGeneration.get_image_feature"
+BRANCH_REASONS = {"CUDA": r"\bhost_offload_event\b"}
+"""SGLang's own names that explain an unreached branch (``reach``): host offload waits on a
+``torch.cuda.Event``."""
 MAPPED = ("image",)
 """The modalities whose encoder R3e hands ``embed_mm_inputs`` in its mapping; it finds the others as the
 model's ``get_<modality>_feature`` (models do either: both lookups are the engine's)."""
@@ -77,6 +81,8 @@ class Functions:
     """Whether the chunked prefill walks only as many requests as ``prefix_length`` lists (EAGLE's
     shorter lists, the "workaround for eagle3"), rather than every request of ``items_size``."""
     notes: list[str] = field(default_factory=list)
+    undriven: dict[str, str] = field(default_factory=dict)
+    """Each function of ``forms.FORMS`` the harness never calls on this release -> why (``_undriven``)."""
     missing: dict[str, str] = field(default_factory=dict)
     """Capability -> why the release does not have it (shown in skip reasons)."""
 
@@ -119,7 +125,9 @@ def detect(engine: loader.Engine) -> Functions:
         elif name == KIMI_FEATURE:
             owner = getattr(engine.module(layout.KIMI_MODULE), name.split(".")[0], None)
         supplied = forms.SUPPLIED[name] - _unavailable(functions)
-        found = forms.find(name, getattr(owner, name.rsplit(".", 1)[-1], None), supplied)
+        fn = getattr(owner, name.rsplit(".", 1)[-1], None)
+        # a name a loaded file imports from a file the load lacks is a stub, not the release's function
+        found = None if isinstance(fn, Stub) else forms.find(name, fn, supplied)
         if found is not None:
             functions.found[name] = found
     functions.found = {name: functions.found[name] for name in forms.FORMS if name in functions.found}
@@ -136,11 +144,37 @@ def detect(engine: loader.Engine) -> Functions:
     if functions.callable(KIMI_FEATURE) and "materialize_multimodal_features" not in vars(kimi):
         functions.notes.append("kimi_k3.py has no materialize_multimodal_features to replace")
     for found in functions.found.values():
-        if found.note:
+        if found.callable and found.note:
             functions.notes.append(found.note)
         elif found.form is not None and found.form.note:
             functions.notes.append(f"{found.name}: {found.form.note}")
+    functions.undriven = _undriven(functions)
+    functions.notes += [
+        f"engine function not driven: {name}: {why}" for name, why in functions.undriven.items()
+    ]
     return functions
+
+
+def _undriven(functions: Functions) -> dict[str, str]:
+    """Each function the harness knows by name (``forms.FORMS``) that it never calls on this release, with
+    why: absent (the cache init counts once, under either name), of a form it cannot call (each parameter
+    it cannot supply), or called by no capability the release has (that capability's reason)."""
+    undriven = {}
+    for name, known in forms.FORMS.items():
+        found = functions.found.get(name)
+        if found is None:
+            if name not in CACHE_INITS or functions.cache_init is None:
+                undriven[name] = f"absent (it first appears in {known[0].since})"
+        elif not found.callable:
+            undriven[name] = found.problem or ""
+        elif name == "embed_mm_inputs" and "data_embedding_func_mapping" not in found.parameters:
+            undriven[name] = (
+                f"{name}({', '.join(found.parameters)}) takes no data_embedding_func_mapping, the only"
+                " form the harness calls (0.5.7 on): end to end calls get_embedding_and_mask itself instead"
+            )
+        elif all(c in functions.missing for c in _DRIVEN_BY[name]):
+            undriven[name] = "; ".join(dict.fromkeys(functions.missing[c] for c in _DRIVEN_BY[name]))
+    return undriven
 
 
 def _unavailable(functions: Functions) -> set[str]:
@@ -164,6 +198,12 @@ _NEEDS: dict[str, tuple[str, str]] = {
     base.ONE_GRID: (KIMI_FEATURE, "0.5.17"),
 }
 """Capability -> the function it calls and the release that introduced it."""
+_DRIVEN_BY: dict[str, tuple[str, ...]] = {
+    **{name: (capability,) for capability, (name, _) in _NEEDS.items()},
+    "embed_mm_inputs": (base.EMBED_AND_MASK,),
+    **{name: (base.PREFILL, base.EMBED_AND_MASK) for name in CACHE_INITS},
+}
+"""Function -> the capabilities whose checks call it: one the release has none of is never called."""
 _OWNERS = {
     capability: {
         KIMI_FEATURE: (layout.KIMI_MODULE,),
@@ -214,31 +254,6 @@ def _explain_missing(functions: Functions, where: str) -> None:
         )
 
 
-@dataclass
-class _Batch:
-    """A case in the engine's calling convention."""
-
-    items: list[Any]
-    owners: dict[int, Item]
-    items_size: list[int]
-    prefix_length: list[int]
-    extend_length: list[int]
-    items_offset_list: list[list[tuple[int, int]]]
-    requests: dict[int, int] = field(default_factory=dict)
-    """``id`` of an engine item -> its request's index in the case."""
-    calls: list[set[int]] = field(default_factory=list)
-    """The requests whose items each encoder call held, in call order."""
-    case: Case | None = None
-    """The case it came from (the lazily built ``input_ids``, placeholder ids and device)."""
-
-
-class _Lazy:
-    """A value of the vocabulary built only if the function called names it (``SGLangTarget._call``)."""
-
-    def __init__(self, make: Callable[[], Any]) -> None:
-        self.make = make
-
-
 class _Switch(int):
     """A path flag set on: true, and it counts how often the engine tested it.
 
@@ -278,6 +293,9 @@ class SGLangTarget(LoadedTarget):
         self._switches = {switch_path(flag): flag for flag in self.functions.path_switches}
         self._switch: _Switch | None = None
         self._evs_type = _evs_type(engine, self._rules)
+        self._build = inputs.Builder(
+            self._item_type, engine.shims.modality, self.functions.list_encoder, self._evs_type, self._logger
+        )
         evs_module = engine.modules.get(layout.EVS_MODULE)
         self._evs_item = "VideoEVSDataItem" if hasattr(evs_module, "VideoEVSDataItem") else None
         """The item type of its own a release's EVS code asserts (early EVS releases), or ``None``."""
@@ -325,6 +343,23 @@ class SGLangTarget(LoadedTarget):
         """The branches of the rule functions no run of the rules takes, each verified by reading the
         engine's code (``excluded``): ``check --coverage`` leaves them out of its CPU-reachable figure."""
         return excluded.EXCLUDED
+
+    def rule_functions(self) -> dict[str, Callable[..., Any]]:
+        """The rule functions found in the release, each in the form it was matched to (``forms``)."""
+        return {name: found.fn for name, found in self.functions.found.items()}
+
+    def branch_reasons(self) -> dict[str, str]:
+        return BRANCH_REASONS
+
+    def engine_functions(self) -> dict[str, str | None]:
+        """Each function of ``forms.FORMS`` found or wanted here (the cache init under one name)."""
+        known = [*self.functions.found, *self.functions.undriven]
+        return {name: self.functions.undriven.get(name) for name in dict.fromkeys(known)}
+
+    def declared_settings(self) -> Declarations | None:
+        """The settings its ``srt/environ.py`` declares; ``None`` for the installed package (its own)."""
+        own = self.engine.shims
+        return own.settings.declarations if isinstance(own, shims.SGLangShims) else None
 
     def stand_in_notes(self) -> list[str]:
         notes = []
@@ -386,23 +421,26 @@ class SGLangTarget(LoadedTarget):
     def _call(self, name: str, values: dict[str, Any], **kwargs: Any) -> Any:
         """Call a rule function by its parameter names: from ``values``, then from what every call can
         be handed (the logger, the device of the call's tensors, the cache in use, the release's own
-        ``get_embedding_chunk``); a value is built only if the function names it (``_Lazy``)."""
+        ``get_embedding_chunk``); a value is built only if the function names it (``inputs.Lazy``)."""
         found = self.functions.found[name]
         given = {**self._shared(values), **values}
         wanted = set(found.parameters)
-        resolved = {k: v.make() if isinstance(v, _Lazy) else v for k, v in given.items() if k in wanted}
+        resolved = {k: v.make() if isinstance(v, inputs.Lazy) else v for k, v in given.items() if k in wanted}
         with self.watched():
             return found.call(resolved, **kwargs)
 
     def _shared(self, values: dict[str, Any]) -> dict[str, Any]:
         """What the harness hands any rule function that names it (``forms.VOCABULARY``)."""
-        shared: dict[str, Any] = {"logger": self._logger, "device": _Lazy(lambda: _device_of(values))}
+        shared: dict[str, Any] = {
+            "logger": self._logger,
+            "device": inputs.Lazy(lambda: inputs.device_of(values)),
+        }
         rules = self._rules
         if rules is not None and self.functions.cache_init is not None:
-            shared["embedding_cache"] = _Lazy(self._cache_in_use)
+            shared["embedding_cache"] = inputs.Lazy(self._cache_in_use)
         if rules is not None and self.functions.callable("get_embedding_chunk") is not None:
             # The module's own, read at call time: what its other functions call by that name.
-            shared["get_embedding_chunk"] = _Lazy(lambda: rules.__dict__["get_embedding_chunk"])
+            shared["get_embedding_chunk"] = inputs.Lazy(lambda: rules.__dict__["get_embedding_chunk"])
         return shared
 
     def _cache_in_use(self) -> Any:
@@ -412,9 +450,6 @@ class SGLangTarget(LoadedTarget):
         return self.new_cache(UNLIMITED_CACHE) if cache is None else cache
 
     # building the engine's arguments ----------------------------------------------
-
-    def _modality(self, item: Item) -> Any:
-        return self.engine.shims.modality[item.modality.upper()]
 
     def unreceived(self, case: Case) -> str | None:
         """Why this release never receives the case (a check then leaves it out), or ``None``.
@@ -444,124 +479,6 @@ class SGLangTarget(LoadedTarget):
         why = self.unreceived(case)
         if why is not None:
             raise HarnessGap(why, what="EVSEmbeddingResult" if self._evs_type is None else self._evs_item)
-
-    def _item(
-        self,
-        case: Case,
-        item: Item,
-        *,
-        embedding: Any = None,
-        feature: Any = None,
-        grid: bool = False,
-        request: Request | None = None,
-    ) -> Any:
-        data: dict[str, Any] = {}
-        if grid:
-            data[item.grid_key] = item_data.grid(item)
-        if item.frame_rows and request is not None:
-            # What the model's pad_input_ids leaves for EVS: the request's whole sequence.
-            data["pre_chunked_input_ids"] = tensors.sequence_ids(request)
-        return self._item_type(
-            modality=self._modality(item),
-            hash=item.hash,
-            pad_value=tensors.placeholder_id(item),
-            offsets=[tuple(span) for span in item.spans],
-            feature=feature,
-            precomputed_embeddings=embedding,
-            model_specific_data=data,
-        )
-
-    def _batch(self, case: Case, *, precomputed: bool, modality: str | None = None) -> _Batch:
-        """The case in the engine's calling convention: every item, or one modality's (``modality``).
-
-        The per-request lists are cut to the case's ``prefix_listed`` and
-        ``extend_listed`` (shorter than the batch, as EAGLE hands them).
-        """
-        items, owners, requests = [], {}, {}
-        chosen = [[i for i in r.items if modality is None or i.modality == modality] for r in case.requests]
-        for r, request_items in enumerate(chosen):
-            for item in request_items:
-                embedding = tensors.item_embedding(case, item) if precomputed and item.precomputed else None
-                engine_item = self._item(case, item, embedding=embedding, request=case.requests[r])
-                owners[id(engine_item)] = item
-                requests[id(engine_item)] = r
-                items.append(engine_item)
-        return _Batch(
-            items=items,
-            owners=owners,
-            items_size=[0, *accumulate(len(c) for c in chosen)],
-            prefix_length=[r.prefix_len for r in case.requests][: case.prefix_listed],
-            extend_length=[r.extend_len for r in case.requests][: case.extend_listed],
-            items_offset_list=[[tuple(span) for item in c for span in item.spans] for c in chosen],
-            requests=requests,
-            case=case,
-        )
-
-    def _modalities(self, case: Case) -> list[str]:
-        """The case's modalities in the order the engine embeds them (its ``Modality`` members)."""
-        present = {item.modality for _, _, item in case.items()}
-        members = self.engine.shims.modality
-        order = [m.name.lower() for m in (members.all() if hasattr(members, "all") else members)]
-        return [m for m in order if m in present] + sorted(present - set(order))
-
-    def _values(self, batch: _Batch, **more: Any) -> dict[str, Any]:
-        """Every argument a batch-level rule function may take, by name (``forms.SUPPLIED``); ``more``
-        (the encoder, the call's own ids) replaces the defaults built from the batch's case."""
-        case = batch.case
-        assert case is not None
-        return {
-            "items": batch.items,
-            "embedding_items": batch.items,
-            "items_size": batch.items_size,
-            "prefix_length": batch.prefix_length,
-            "extend_length": batch.extend_length,
-            "items_offset_list": batch.items_offset_list,
-            "logger": self._logger,
-            "input_ids": _Lazy(lambda: tensors.input_ids(case)[0]),
-            "placeholder_tensor": _Lazy(lambda: _placeholders(batch)),
-            "device": _Lazy(lambda: _device_of({**more, "case": case})),
-            **more,
-        }
-
-    def _embedder(
-        self, batch: _Batch, encoder: Encoder, modality: str | None = None
-    ) -> Callable[[list[Any]], Any]:
-        """The data-embedding function: engine items back to case items, then the encoder.
-
-        ``modality``: the function is one modality's (a model's ``get_image_feature``),
-        so an item of another modality handed to it is the engine's mistake.
-        """
-        list_ok = self.functions.list_encoder
-
-        def embed(engine_items: list[Any]) -> Any:
-            try:
-                items = [batch.owners[id(e)] for e in engine_items]
-            except KeyError:
-                raise RuntimeError("mmharness: the engine encoded an item it was not given") from None
-            strays = sorted({item.modality for item in items} - {modality}) if modality else []
-            if strays:
-                raise RuntimeError(
-                    f"mmharness: the engine handed the {modality} encoder {' and '.join(strays)} items"
-                )
-            batch.calls.append({batch.requests[id(e)] for e in engine_items})
-            output = encoder(items)
-            pruned = [item for item in items if item.frame_rows]
-            if isinstance(output, list) and (pruned or not list_ok):
-                import torch
-
-                output = torch.cat([part.reshape(-1, part.shape[-1]) for part in output])
-            if pruned:
-                return self._pruned_output(items, output)
-            return output
-
-        return embed
-
-    def _pruned_output(self, items: list[Item], output: Any) -> Any:
-        """An EVS video's encoder output as the model returns it: its rows and the rows each frame kept.
-        The model prunes one video per call (it asserts so), and so does this stand-in."""
-        if len(items) != 1 or self._evs_type is None:
-            raise RuntimeError(f"mmharness: EVS prunes one video per encoder call, not {len(items)} items")
-        return self._evs_type(embedding=output, num_tokens_per_frame=list(items[0].frame_rows))
 
     @contextmanager
     def _installed(self, cache: Any, path: PathName) -> Iterator[None]:
@@ -595,7 +512,7 @@ class SGLangTarget(LoadedTarget):
                 del flags[flag]
             flags.update(saved_flags)
 
-    def _check_switched(self, path: PathName, batches: Sequence[_Batch]) -> None:
+    def _check_switched(self, path: PathName, batches: Sequence[inputs.Batch]) -> None:
         """A per-request path's flag must have switched the engine's path: never read while the
         engine still batched requests together means the harness did not reach that path."""
         switch = self._switch
@@ -639,7 +556,7 @@ class SGLangTarget(LoadedTarget):
         flat = embedding.reshape(-1, embedding.shape[-1])
         blocks = dict(zip(req.items, flat.split([item.token_count for item in req.items]), strict=True))
         parts, start, end = [], 0, 0
-        for modality in self._modalities(case):
+        for modality in self._build.modalities(case):
             chosen = [item for item in req.items if item.modality == modality]
             if not chosen:
                 continue
@@ -658,16 +575,16 @@ class SGLangTarget(LoadedTarget):
     def precomputed_embedding(self, case: Case) -> torch.Tensor | None:
         if is_well_formed(case) and any(interleaves(r) for r in case.requests):
             return self._interleaved_precomputed(case)
-        batch = self._batch(case, precomputed=True)
-        return self._call("_get_precomputed_embedding", self._values(batch))
+        batch = self._build.batch(case, precomputed=True)
+        return self._call("_get_precomputed_embedding", self._build.values(batch))
 
     def _interleaved_precomputed(self, case: Case) -> torch.Tensor | None:
         """R2 over a batch whose items interleave, as the engine's caller calls it: once per modality.
         Every call's rows put back at their positions; ``None`` (the encoder path) if any call gives it."""
         parts = []
-        for modality in self._modalities(case):
-            batch = self._batch(case, precomputed=True, modality=modality)
-            result = self._call("_get_precomputed_embedding", self._values(batch))
+        for modality in self._build.modalities(case):
+            batch = self._build.batch(case, precomputed=True, modality=modality)
+            result = self._call("_get_precomputed_embedding", self._build.values(batch))
             if result is None:
                 return None
             parts.append((_window_positions(case, modality), result.reshape(-1, result.shape[-1])))
@@ -704,11 +621,11 @@ class SGLangTarget(LoadedTarget):
         if cache is None and self.functions.cache_init is not None:
             cache = self.new_cache(UNLIMITED_CACHE)  # one cache for every modality's call, as the engine's
         parts = []
-        for modality in self._modalities(case):
-            batch = self._batch(case, precomputed=False, modality=modality)
+        for modality in self._build.modalities(case):
+            batch = self._build.batch(case, precomputed=False, modality=modality)
             input_ids, _ = tensors.input_ids(case)
-            embed = self._embedder(batch, encoder, modality)
-            values = self._values(batch, data_embedding_func=embed, input_ids=input_ids)
+            embed = self._build.embedder(batch, encoder, modality)
+            values = self._build.values(batch, data_embedding_func=embed, input_ids=input_ids)
             with self._installed(cache, path):
                 try:
                     result = self._call("_get_chunked_prefill_embedding", values)
@@ -735,19 +652,21 @@ class SGLangTarget(LoadedTarget):
             return self._embedding_and_mask_direct(case, encoder, cache=cache)
         import torch
 
-        batch = self._batch(case, precomputed=True)
+        batch = self._build.batch(case, precomputed=True)
         input_ids, _ = tensors.input_ids(case)
         members = self.engine.shims.modality
         by_request: list[list[Any]] = [[] for _ in case.requests]
         for engine_item in batch.items:
             by_request[batch.requests[id(engine_item)]].append(engine_item)
-        model = _model({m.name.lower(): self._embedder(batch, encoder, m.name.lower()) for m in members})
+        model = inputs.model(
+            {m.name.lower(): self._build.embedder(batch, encoder, m.name.lower()) for m in members}
+        )
         values = {
-            "mm_inputs_list": [SimpleNamespace(mm_items=items) for items in by_request],
+            "mm_inputs_list": [inputs.mm_inputs(items) for items in by_request],
             "extend_prefix_lens": batch.prefix_length,
             "extend_seq_lens": batch.extend_length,
             "input_ids": input_ids,
-            "input_embedding": _TextEmbedding(case),
+            "input_embedding": inputs.TextEmbedding(case),
             "multimodal_model": model,
             "data_embedding_func_mapping": {
                 member: getattr(model, f"get_{member.name.lower()}_feature")
@@ -799,11 +718,11 @@ class SGLangTarget(LoadedTarget):
         the harness's making), as the engine's caller calls it."""
         if is_well_formed(case) and any(interleaves(r) or _evs_among_others(r) for r in case.requests):
             return self._interleaved_embedding_and_mask(case, encoder, cache=cache)
-        batch = self._batch(case, precomputed=True)
+        batch = self._build.batch(case, precomputed=True)
         input_ids, placeholders = tensors.input_ids(case)
-        values = self._values(
+        values = self._build.values(
             batch,
-            data_embedding_func=self._embedder(batch, encoder),
+            data_embedding_func=self._build.embedder(batch, encoder),
             placeholder_tensor=placeholders,
             input_ids=input_ids,
         )
@@ -823,12 +742,12 @@ class SGLangTarget(LoadedTarget):
             cache = self.new_cache(UNLIMITED_CACHE)  # one cache for every modality's call, as the engine's
         union = torch.zeros(input_ids.shape[0], dtype=torch.bool, device=input_ids.device)
         calls, shape = [], None
-        for modality in self._modalities(case):
-            batch = self._batch(case, precomputed=True, modality=modality)
+        for modality in self._build.modalities(case):
+            batch = self._build.batch(case, precomputed=True, modality=modality)
             ids = sorted({tensors.placeholder_id(i) for _, _, i in case.items() if i.modality == modality})
-            values = self._values(
+            values = self._build.values(
                 batch,
-                data_embedding_func=self._embedder(batch, encoder, modality),
+                data_embedding_func=self._build.embedder(batch, encoder, modality),
                 placeholder_tensor=torch.tensor(ids, dtype=input_ids.dtype, device=input_ids.device),
                 input_ids=input_ids.clone(),
             )
@@ -851,8 +770,8 @@ class SGLangTarget(LoadedTarget):
         return embeds[union], union.reshape(shape)
 
     def count_mm_tokens(self, case: Case) -> int:
-        batch = self._batch(case, precomputed=False)
-        return self._call("_count_mm_tokens_in_extend", self._values(batch))
+        batch = self._build.batch(case, precomputed=False)
+        return self._call("_count_mm_tokens_in_extend", self._build.values(batch))
 
     def adjust_embedding_length(self, embedding: torch.Tensor, wanted: int) -> torch.Tensor:
         import torch
@@ -868,8 +787,8 @@ class SGLangTarget(LoadedTarget):
 
     def image_feature(self, case: Case, items: Sequence[FeatureItem]) -> torch.Tensor:
         """Kimi-K3's ``get_image_feature``, unbound, on a stand-in model with an identity tower."""
-        engine_items = [self._item(case, fi.item, feature=fi.features, grid=True) for fi in items]
-        return self._call(KIMI_FEATURE, {"items": engine_items}, unbound_self=_kimi_stand_in(case))
+        engine_items = [self._build.item(case, fi.item, feature=fi.features, grid=True) for fi in items]
+        return self._call(KIMI_FEATURE, {"items": engine_items}, unbound_self=inputs.kimi_stand_in(case))
 
     def split_item(self, case: Case, item: FeatureItem) -> list[FeatureItem]:
         """The splitter on one engine item as a processor builds it (R5): features (or precomputed
@@ -879,14 +798,8 @@ class SGLangTarget(LoadedTarget):
         grid = item_data.grid(original)
         if grid is not None:
             data[original.grid_key] = grid
-        engine_item = self._item_type(
-            modality=self._modality(original),
-            hash=original.hash,
-            pad_value=tensors.placeholder_id(original),
-            offsets=[tuple(span) for span in original.spans],
-            feature=item.features,
-            precomputed_embeddings=item.embedding,
-            model_specific_data=data,
+        engine_item = self._build.item(
+            case, original, embedding=item.embedding, feature=item.features, model_data=data
         )
         parts = self._call("get_new_expanded_mm_items", {"original_mm_items": [engine_item]})
         return [self._feature_item(original, part) for part in parts]
@@ -902,27 +815,6 @@ class SGLangTarget(LoadedTarget):
             embedding=part.precomputed_embeddings,
             model_data=data,
         )
-
-
-def _device_of(values: dict[str, Any]) -> Any:
-    """The device of a call's tensors: its ``input_ids``' or ``embedding``'s, else its case's."""
-    import torch
-
-    for name in ("input_ids", "embedding", "placeholder_tensor"):
-        value = values.get(name)
-        if isinstance(value, torch.Tensor):
-            return value.device
-    case = values.get("case")
-    return torch.device(case.device if isinstance(case, Case) else "cpu")
-
-
-def _placeholders(batch: _Batch) -> Any:
-    """The sorted placeholder ids of a batch's items, as ``embed_mm_inputs`` hands one modality's call."""
-    import torch
-
-    assert batch.case is not None
-    ids = sorted({item.pad_value for item in batch.items})
-    return torch.tensor(ids, dtype=torch.int64, device=batch.case.device)
 
 
 def _in_position_order(case: Case, parts: list[tuple[str, Any]]) -> Any:
@@ -1031,101 +923,23 @@ def _device_gap(error: AttributeError, path: PathName) -> HarnessGap | None:
     )
 
 
-class _TextEmbedding:
-    """The language model's token embedding, as ``embed_mm_inputs`` uses it: zeros for every token.
-
-    Only the rows under the engine's masks are read back, so the text rows' values do not matter.
-    """
-
-    num_embeddings = 1 << 62
-
-    def __init__(self, case: Case) -> None:
-        import torch
-
-        self.embedding_dim = case.hidden
-        self.weight = torch.empty(0, case.hidden, dtype=getattr(torch, case.dtype))
-
-    def __call__(self, input_ids: Any) -> Any:
-        import torch
-
-        rows = input_ids.shape[0]
-        return torch.zeros(rows, self.embedding_dim, dtype=self.weight.dtype, device=input_ids.device)
-
-
 def _why_nothing(engine: loader.Engine, functions: Functions) -> str:
     """Why a load gave nothing to call: its files did not load, its forms are unknown, or it has no rules."""
     origin = engine.source.origin
-    if engine.errors and not engine.modules:
-        errors = "; ".join(f"{engine.source.files[n].name}: {e}" for n, e in engine.errors.items())
-        return f"{origin}: could not load its rules files ({errors}); fix the file or point at another tree"
+    broken = {n: e for n, e in engine.errors.items() if n in (*layout.RULES_MODULES, layout.KIMI_MODULE)}
+    if broken:  # the files that hold the rules did not load: no release to suggest, the files to fix
+        by_error: dict[str, list[str]] = {}
+        for name, error in broken.items():
+            by_error.setdefault(error, []).append(engine.source.files[name].name)
+        errors = "; ".join(f"{', '.join(files)}: {error}" for error, files in by_error.items())
+        return f"{origin}: could not load its rules files ({errors}); fix the files or point at another tree"
     unknown = [f.problem for f in functions.found.values() if f.problem]
     if unknown:
         return f"{origin}: its rule functions have call forms the harness does not know: {'; '.join(unknown)}"
-    errors = "; ".join(f"{n}: {e}" for n, e in engine.errors.items())
-    return (
-        f"{origin} holds no SGLang rules the harness can call"
-        + (f" ({errors})" if errors else "")
-        + "; point at an SGLang release 0.4.6 or later"
-    )
-
-
-class _ModelGap(HarnessGap, AttributeError):
-    """An attribute the stand-in model lacks: a gap where the engine needs it, and plain absence where it
-    asks with a default (``getattr`` and ``hasattr`` catch an ``AttributeError``)."""
-
-
-def _model(embedders: dict[str, Callable[[list[Any]], Any]]) -> Any:
-    """A multimodal model as ``embed_mm_inputs`` meets it: a ``get_<modality>_feature`` method per
-    modality, the harness's encoder for that modality's items.
-
-    Bound methods, as a model's own are: the rules read a bound encoder's name
-    and class to decide whether the model moves its features to the device
-    itself (a list of model classes; this one is on no such list, so the rules
-    move them). Any other attribute the engine reads of it is a gap; one it asks for with a default
-    (``getattr(model, name, None)``: a model may lack it) it does without, as for a model lacking it.
-    """
-
-    def method(modality: str, embed: Callable[[list[Any]], Any]) -> Callable[[Any, list[Any]], Any]:
-        def feature(self: Any, items: list[Any]) -> Any:
-            return embed(items)
-
-        feature.__name__ = feature.__qualname__ = f"get_{modality}_feature"
-        return feature
-
-    def missing(self: Any, name: str) -> Any:
-        if name.startswith("__"):
-            raise AttributeError(name)
-        raise _ModelGap(f"the harness's stand-in model has no {name}", what=f"multimodal_model.{name}")
-
-    namespace: dict[str, Any] = {f"get_{m}_feature": method(m, embed) for m, embed in embedders.items()}
-    return type("StandInModel", (), {**namespace, "__getattr__": missing})()
-
-
-class _IdentityTower:
-    """A vision tower whose output is its input: Kimi-K3's features pass straight through."""
-
-    patch_size = 14
-
-    def __init__(self, device: Any, dtype: Any) -> None:
-        import torch
-
-        self.device = torch.device(device)
-        weight = torch.empty(0, dtype=dtype)
-        self.patch_embed = SimpleNamespace(proj=SimpleNamespace(weight=weight))
-
-    def __call__(self, pixel_values: Any, *args: Any, **kwargs: Any) -> Any:
-        return pixel_values
-
-
-def _kimi_stand_in(case: Case) -> SimpleNamespace:
-    import torch
-
-    return SimpleNamespace(
-        vision_tower=_IdentityTower(case.device, getattr(torch, case.dtype)),
-        mm_projector=lambda embeds: embeds,
-        use_data_parallel=False,
-        _encoder_image_processor=None,
-    )
+    if engine.errors:
+        errors = "; ".join(f"{engine.source.files[n].name}: {e}" for n, e in engine.errors.items())
+        return f"{origin} holds no SGLang rules the harness can call; its other files did not load ({errors})"
+    return f"{origin} holds no SGLang rules the harness can call; point at an SGLang release 0.4.6 or later"
 
 
 def shims_for(source: loader.Source) -> Callable[[Any], shims.SGLangShims]:

@@ -27,6 +27,7 @@ from mmharness.engines.sglang.items import ItemSchema
 from mmharness.engines.sglang.settings import Settings
 from mmharness.targets.base import HarnessGap
 from mmharness.targets.distributed import Collectives, GroupOfOne
+from mmharness.targets.faults import engines_own
 from mmharness.targets.settings import Declarations
 from mmharness.targets.stubs import Record, Stub
 
@@ -51,8 +52,8 @@ class Modality(enum.Enum):
         try:
             return Modality[name.upper()]
         except KeyError:
-            raise ValueError(
-                f"unknown modality {name!r}; known: {', '.join(m.name for m in Modality)}"
+            raise engines_own(
+                ValueError(f"unknown modality {name!r}; known: {', '.join(m.name for m in Modality)}")
             ) from None
 
     @staticmethod
@@ -144,7 +145,8 @@ class MultimodalDataItem:
             return data[name]
         schema = self._mm_schema
         if schema is not None and name not in schema.methods:
-            raise AttributeError(f"'MultimodalDataItem' object has no attribute '{name}'")
+            # the release's own item lacks it too: the engine's outcome, as its own type's would be
+            raise engines_own(AttributeError(f"'MultimodalDataItem' object has no attribute '{name}'"))
         if MOVES.matches(name):  # a transport method the release's item has: in place, a no-op here
             if self._mm_record is not None:
                 self._mm_record.shimmed.add(f"MultimodalDataItem.{name} (rule: {MOVES.name})")
@@ -283,7 +285,7 @@ def maybe_assert_sum(tensor: Any, expected: int, msg: str = "") -> None:
     """Strict: the engine's probe is off by default; here a wrong sum always raises."""
     total = int(tensor.sum())
     if total != expected:
-        raise AssertionError(f"{msg}: sum {total} != expected {expected}")
+        raise engines_own(AssertionError(f"{msg}: sum {total} != expected {expected}"))
 
 
 def flatten_nested_list(nested: Any) -> list:
@@ -403,9 +405,18 @@ class EVSEmbeddingResult:
         import torch
 
         if len(input_ids) != extend_seq_len:
-            raise AssertionError(
-                f"EVS moves one request's placeholders: handed {len(input_ids)} input ids for a"
-                f" window of {extend_seq_len} (a batch's ids, not the request's)"
+            raise engines_own(
+                AssertionError(
+                    f"EVS moves one request's placeholders: handed {len(input_ids)} input ids for a"
+                    f" window of {extend_seq_len} (a batch's ids, not the request's)"
+                )
+            )
+        if len(offsets) != len(self.num_tokens_per_frame):
+            raise engines_own(
+                ValueError(
+                    f"EVS moves each frame's placeholders: handed {len(offsets)} runs for"
+                    f" {len(self.num_tokens_per_frame)} frames"
+                )
             )
         sequence = list(item.pre_chunked_input_ids)
         frames = [(int(start), int(end)) for start, end in offsets]

@@ -25,6 +25,7 @@ from mmharness.targets.base import (
     DRAFT_LOOKAHEAD,
     EMBED_AND_MASK,
     PREFILL,
+    SCHEDULER_OPTIONS,
     SPLIT,
     WHOLE_ITEMS,
     Encoder,
@@ -33,6 +34,7 @@ from mmharness.targets.base import (
     TargetError,
 )
 from mmharness.targets.loaded import Factory, LoadedTarget
+from mmharness.targets.settings import Declarations
 
 NOT_APPLICABLE = {
     base.CHUNK: "vLLM has no per-request chunk function: the gather serves a window's rows (R3, R3e)",
@@ -170,7 +172,8 @@ class VLLMTarget(LoadedTarget):
         self.merged_config = merged_config(engine)
         self._kwargs_items = getattr(engine.module(layout.INPUTS), "MultiModalKwargsItems", None)
         splits = bool(self.field_configs) and hasattr(self._kwargs_items, "from_hf_inputs")
-        options = {WHOLE_ITEMS} | ({DRAFT_LOOKAHEAD} if self.draft_paths else set())
+        drafter = {DRAFT_LOOKAHEAD} if self.draft_paths else set()
+        options = {WHOLE_ITEMS, SCHEDULER_OPTIONS, *drafter}
         self.capabilities = frozenset({PREFILL, EMBED_AND_MASK, *options} | ({SPLIT} if splits else set()))
         self.missing = (
             dict(NOT_APPLICABLE)
@@ -201,6 +204,11 @@ class VLLMTarget(LoadedTarget):
             except OSError:  # a file gone since the load: no claim rests on it
                 continue
         return excluded.holding(sources)
+
+    def declared_settings(self) -> Declarations | None:
+        """The settings its ``envs.py`` declares; ``None`` for the installed package (imported as is)."""
+        own = self.engine.shims
+        return own.settings.declarations if isinstance(own, shims.VLLMShims) else None
 
     def release_notes(self) -> list[str]:
         if "v2" not in self.paths:

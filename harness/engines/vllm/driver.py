@@ -47,6 +47,7 @@ from mmharness.deadline import NoProgress
 from mmharness.model import Case, Item
 from mmharness.targets import standin
 from mmharness.targets.base import Encoder, HarnessGap
+from mmharness.targets.faults import engines_own
 from mmharness.targets.standin import parameters
 
 STEP_CAP_FACTOR, STEP_CAP_SLACK = 4, 64
@@ -461,10 +462,12 @@ class Driver:
             for k in sorted(live):
                 self._finish(requests[k], cache, live, k)
         if rejected:
-            raise Rejected(
-                f"vLLM rejected request {rejected[0]}: an item's identifier is cached (or scheduled)"
-                " with another embedding count",
-                log,
+            raise engines_own(
+                Rejected(
+                    f"vLLM rejected request {rejected[0]}: an item's identifier is cached (or scheduled)"
+                    " with another embedding count",
+                    log,
+                )
             )
         device = case.device
         empty_mask = torch.zeros(0, dtype=torch.bool, device=device)
@@ -735,9 +738,11 @@ class Driver:
         marked = int(mask.sum())
         held = 0 if flat is None else flat.shape[0]
         if held != marked:
-            raise ValueError(
-                f"the step's gathered embeddings hold {held} rows for {marked} placeholder positions"
-                " of its mask (the model's merge would refuse them)"
+            raise engines_own(
+                ValueError(
+                    f"the step's gathered embeddings hold {held} rows for {marked} placeholder positions"
+                    " of its mask (the model's merge would refuse them)"
+                )
             )
         start = taken = 0
         for k, (count, _) in scheduled.items():
