@@ -363,7 +363,8 @@ def test_without_the_v1_runner_the_drafter_runs_on_model_runner_v2(newest):
     """What the files define decides the capabilities: 0.34.0 has no GPU model runner file, and model
     runner V2's gather takes draft_lookahead, so R3d runs there, with 0.33.0's verdict."""
     assert (newest.paths, newest.draft_paths) == (("v2",), ("v2",))
-    assert newest.capabilities == {PREFILL, EMBED_AND_MASK, SPLIT, WHOLE_ITEMS, DRAFT_LOOKAHEAD, SCHEDULER_OPTIONS}
+    options = {WHOLE_ITEMS, DRAFT_LOOKAHEAD, SCHEDULER_OPTIONS}
+    assert newest.capabilities == {PREFILL, EMBED_AND_MASK, SPLIT, *options}
     assert any("model runner V2's is the only path" in note for note in newest.notes())
     result = run_check(CHECKS["prefill.draft_lookahead"], newest)
     assert result.status == HAZARD
