@@ -8,6 +8,7 @@ Errors are raised as the rules say an engine raises them (class and message).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from itertools import accumulate, pairwise
 from typing import Any
@@ -156,6 +157,64 @@ def scheduled_windows(case: Case, steps: list[tuple[int, int, int]]) -> Case | s
             return f"the steps scheduled up to {end}, past the window's end {r.prefix_len + r.extend_len}"
         requests.append(replace(r, extend_len=end - r.prefix_len))
     return replace(case, requests=tuple(requests))
+
+
+# R3l --------------------------------------------------------------------------
+
+LIVELOCK = "a step scheduled nothing while a request waited and nothing blocked it (R3l)"
+"""The signature (after ``no progress: ``) of a livelock, whoever finds it: a check judging a target's
+steps, or a step driver in a call where nothing can hold a request back."""
+
+
+def waiting(case: Case, steps: list[tuple[int, int, int]]) -> dict[int, int]:
+    """R3l: request -> the position its steps left it at, for each request they left short of its window."""
+    reached = [r.prefix_len for r in case.requests]
+    for k, start, tokens in steps:
+        reached[k] = max(reached[k], start + tokens)
+    return {k: at for k, (r, at) in enumerate(zip(case.requests, reached, strict=True)) if at < r.window.stop}
+
+
+def cost(item: Item, unit: str) -> int:
+    """What an item takes of an encoder cache or compute budget counting ``unit``: its ``embeddings`` (a
+    multi-span item's gaps left out), or its ``placeholders`` (first to last position)."""
+    return item.token_count if unit == "embeddings" else len(item.extent)
+
+
+def blocker(
+    request: Request,
+    at: int,
+    asked: int,
+    *,
+    whole: bool,
+    lookahead: int = 0,
+    room: Callable[[Item], int | None] | None = None,
+    unit: str = "embeddings",
+) -> str | None:
+    """R3l: what keeps a request waiting at position ``at`` from every token of a step; ``None``: nothing.
+
+    The token budget blocks it, items whole, when an item its next token
+    reaches (a drafter's look-ahead included) does not fit in the ``asked``
+    tokens: the step may stop before the item, and there is nothing before
+    it. The encoder cache blocks it when the item holding ``at`` needs more
+    than ``room(item)``: what the cache (and the step's encoder budget) has
+    for it by the rules, ``None`` where it is cached already; ``room`` itself
+    ``None``: the target has no cache that holds a step back.
+    """
+    if whole:
+        for i, item in enumerate(request.items):
+            extent = item.extent
+            if extent and extent.start <= at + lookahead and at < extent.stop and extent.stop > at + asked:
+                return f"the token budget: item {i} at {_half_open(extent)} does not fit in {asked} tokens"
+    for i, item in enumerate(request.items if room is not None else ()):
+        if item.extent.start <= at < item.extent.stop:
+            free, need = room(item), cost(item, unit)
+            if free is not None and need > free:
+                return f"the encoder cache: item {i} needs {need} {unit}, with {free} free"
+    return None
+
+
+def _half_open(extent: range) -> str:
+    return f"[{extent.start}, {extent.stop})"
 
 
 def items_in_windows(case: Case, *, extent: bool = False) -> set[tuple[int, int]]:

@@ -76,14 +76,24 @@ def sglang_release(harness_cache):
 
 
 @pytest.fixture(scope="session")
-def vllm_release_dir(harness_cache) -> Path:
-    """vLLM 0.33.0's kept files, downloaded into the session cache once: the newest release the
-    tests hold to the rules and seed copies of."""
+def vllm_release_dirs(harness_cache):
+    """``vllm_release_dirs(version)``: that vLLM release's kept files, downloaded into the session cache
+    once."""
     from mmharness.engines.vllm import adapter
 
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setenv("MMHARNESS_CACHE", str(harness_cache))
-        return Path(adapter.fetch("0.33.0"))
+    def get(version: str) -> Path:
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setenv("MMHARNESS_CACHE", str(harness_cache))
+            return Path(adapter.fetch(version))
+
+    return get
+
+
+@pytest.fixture(scope="session")
+def vllm_release_dir(vllm_release_dirs) -> Path:
+    """vLLM 0.33.0's kept files: the newest release with both runners, which the tests hold to the
+    rules and seed copies of (0.34.0, with model runner V2 alone, is pinned beside it)."""
+    return vllm_release_dirs("0.33.0")
 
 
 @pytest.fixture

@@ -491,6 +491,7 @@ OPTION_MUTANTS = {
     "whole_items_end_inclusive": ("R3w", "prefill.whole_items", DIVERGENCE),
     "whole_items_finish_past_window": ("R3w", "prefill.whole_items", DIVERGENCE),
     "whole_items_rows_of_window": ("R3w", "prefill.whole_items", DIVERGENCE),
+    "whole_items_stops_at_first_token": ("R3w", "prefill.whole_items", DIVERGENCE),  # R3l's livelock
     "draft_clipped_at_step_end": ("R3d", "prefill.draft_lookahead", DIVERGENCE),
     "draft_reads_unreached_item": ("R3d", "prefill.draft_lookahead", DIVERGENCE),
     "draft_gather_unshifted": ("R3d", "prefill.draft_lookahead", DIVERGENCE),
@@ -503,6 +504,7 @@ OPTION_WITNESSES: dict[str, tuple[Witness, Any]] = {
     "whole_items_end_inclusive": (whole_items(LAST_PAST_THE_END), WHOLE_ITEMS_ANSWERS["last_past_the_end"]),
     "whole_items_finish_past_window": (whole_items(STOPS_BEFORE), WHOLE_ITEMS_ANSWERS["stops_before"]),
     "whole_items_rows_of_window": (whole_items(STOPS_BEFORE), WHOLE_ITEMS_ANSWERS["stops_before"]),
+    "whole_items_stops_at_first_token": (whole_items(STOPS_BEFORE), WHOLE_ITEMS_ANSWERS["stops_before"]),
     "draft_clipped_at_step_end": (drafts(REACHED), DRAFT_ANSWERS["reached"]),
     "draft_reads_unreached_item": (drafts(UNREACHED), DRAFT_ANSWERS["unreached"]),
     "draft_gather_unshifted": (drafts(REACHED), DRAFT_ANSWERS["reached"]),

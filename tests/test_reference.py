@@ -187,3 +187,48 @@ def test_whole_item_steps_must_run_on_within_the_window():
     assert "does not run on" in reference.scheduled_windows(case, [(0, 3, 1)])
     assert "past the window" in reference.scheduled_windows(case, [(0, 2, 5)])
     assert "names no request" in reference.scheduled_windows(case, [(1, 0, 1)])
+
+
+def test_r3l_the_steps_leave_waiting_the_requests_short_of_their_windows():
+    case = Case((_req(prefix=2, extend=4), _req(prefix=0, extend=3)), hidden=4)
+    assert reference.waiting(case, [(0, 2, 1), (0, 3, 3), (1, 0, 2)]) == {1: 2}
+    assert reference.waiting(case, []) == {0: 2, 1: 0}
+
+
+IMAGE = Item(((3, 5),), hash=9)  # [3, 6): three embeddings
+
+
+@pytest.mark.parametrize(
+    ("at", "asked", "lookahead", "blocked"),
+    [
+        (0, 4, 0, False),  # text before the image: the step may stop before it
+        (2, 3, 1, True),  # the look-ahead reaches it, and it does not fit
+        (2, 4, 1, False),  # it fits, the look-ahead included
+        (3, 2, 0, True),  # at its first position, too few tokens for it
+        (4, 1, 0, True),  # inside it (a prefix hit) with its rest past the tokens asked
+    ],
+)
+def test_r3l_the_token_budget_blocks_only_an_item_the_next_token_reaches_and_cannot_finish(
+    at, asked, lookahead, blocked
+):
+    request = _req(IMAGE, extend=8)
+    found = reference.blocker(request, at, asked, whole=True, lookahead=lookahead)
+    assert bool(found) == blocked, found
+    assert reference.blocker(request, at, asked, whole=False, lookahead=lookahead) is None  # chunked
+
+
+def test_r3l_the_cache_blocks_only_the_item_holding_the_position_when_it_has_no_room():
+    request = _req(IMAGE, extend=8)
+
+    def free(n: int | None):
+        return lambda item: n
+
+    assert "the encoder cache" in reference.blocker(request, 3, 8, whole=False, room=free(2))
+    assert "the encoder cache" in reference.blocker(request, 5, 8, whole=False, room=free(0))  # inside it
+    assert reference.blocker(request, 3, 8, whole=False, room=free(3)) is None
+    assert reference.blocker(request, 3, 8, whole=False, room=free(None)) is None  # cached: needs no room
+    assert reference.blocker(request, 2, 8, whole=False, room=free(0)) is None  # a text token first
+    assert reference.blocker(request, 3, 8, whole=False) is None  # no cache that holds a step back
+    spaced = _req(Item(((3, 3), (5, 5)), hash=9))  # two embeddings over three placeholders
+    assert reference.blocker(spaced, 3, 8, whole=False, room=free(2)) is None
+    assert reference.blocker(spaced, 3, 8, whole=False, room=free(2), unit="placeholders")

@@ -3,7 +3,8 @@
 The offline tests need no vLLM code. The ``network`` ones download vLLM 0.33.0
 once (a 336 MB wheel; only the driver's files are kept in the cache) and pin
 what the release atlas says of it, then seed bugs into copies of its files to
-show that each check the target runs can fail on it.
+show that each check the target runs can fail on it; and 0.34.0 (about 240 MB),
+whose only runner is model runner V2, where its drafter check runs.
 """
 
 from __future__ import annotations
@@ -14,9 +15,10 @@ from typing import Any
 
 import pytest
 from hypothesis import given
+from mmharness import reference
 from mmharness import strategies as mst
 from mmharness.checks import all_checks
-from mmharness.checks.outcome import DIVERGENCE, HAZARD
+from mmharness.checks.outcome import DIVERGENCE, HAZARD, Hazard
 from mmharness.engines.vllm import driver
 from mmharness.runner import PASSED, run_check
 from mmharness.targets.base import (
@@ -84,7 +86,7 @@ def test_a_stand_in_runs_the_engine_class_methods_and_names_state_it_lacks():
 
 # The step loop on stand-ins of vLLM's classes (offline) ----------------------------------
 
-STUCK = "vLLM's scheduler scheduled no token of any unfinished request"
+STUCK = reference.LIVELOCK
 AT_CAP = "the windows are still unfinished at the cap on scheduler steps"
 
 
@@ -130,9 +132,9 @@ def two_requests():
     return Case(requests=(one(1), one(2)))
 
 
-def drive(answer: Any) -> Any:
-    """One call of the step driver, vLLM's scheduler scheduling ``answer(scheduler, request, tokens)``
-    tokens of a request; a hang fails the test instead of stopping it."""
+def drive(answer: Any, *, manager: type = Manager, **options: Any) -> Any:
+    """One call of the step driver (with ``options``), vLLM's scheduler scheduling ``answer(scheduler,
+    request, tokens)`` tokens of a request; a hang fails the test instead of stopping it."""
     from mmharness.deadline import limit
     from mmharness.targets.base import Encoder
 
@@ -143,10 +145,10 @@ def drive(answer: Any) -> Any:
         def _free_encoder_inputs(self, request: Any) -> None:
             pass
 
-    modules = driver.Modules(Range, Feature, object, Manager, Scheduler, Runner, None, None, True)
+    modules = driver.Modules(Range, Feature, object, manager, Scheduler, Runner, None, None, True)
     case = two_requests()
     with limit(20):
-        return driver.Driver(modules).run(case, Encoder(case), driver.EncoderCache(1 << 20), "v1")
+        return driver.Driver(modules).run(case, Encoder(case), driver.EncoderCache(1 << 20), "v1", **options)
 
 
 def test_a_step_after_a_rejection_that_advances_nothing_is_no_progress_not_a_hang():
@@ -194,6 +196,34 @@ def test_a_request_scheduled_in_the_step_that_rejects_it_stops_the_call_there():
     assert raised.value.scheduled == [(0, 0, 2)]  # (step, request, tokens)
     assert len(raised.value.log) == 1  # no step after it: the call stopped before its encode and gather
     assert raised.value.log[0].rejected == [0]
+
+
+def test_a_stall_ends_the_call_with_the_waiting_request_unfinished_and_what_it_asked_for():
+    """Items whole, nothing scheduled for request 0 ever: the driver stops at the first step that moves
+    nothing (every later one would be the same) and reports it, for the checks to judge (R3l); it never
+    passes the request off as done."""
+    served = drive(lambda s, request, tokens: 0 if request.request_id.endswith("-0") else tokens,
+                   whole_items=True, report_stalls=True)  # fmt: skip
+    assert served.steps == [(1, 0, 8)]
+    stall = served.log[-1]
+    assert (stall.live, stall.scheduled, stall.asked) == ({0: 0}, {}, {0: 8})
+
+
+def test_a_request_waiting_for_one_that_ends_goes_on_once_it_has_left():
+    """Request 0 gets nothing while request 1 is in the batch; request 1 ends its window in the first
+    step. The step after schedules nothing, so request 1 leaves (its window is done) and request 0 goes
+    on: with items whole too, no request still waiting is ended with it."""
+    left: list[str] = []
+
+    def answer(scheduler, request, tokens):
+        return tokens if request.request_id.endswith("-1") or left else 0
+
+    class Leaving(Manager):
+        def free(self, request: Any) -> None:
+            left.append(request.request_id)
+
+    served = drive(answer, whole_items=True, report_stalls=True, manager=Leaving)
+    assert served.steps == [(1, 0, 8), (0, 0, 8)]
 
 
 def test_steps_past_the_cap_are_no_progress():
@@ -314,6 +344,132 @@ def test_its_cache_keeps_the_model_output_it_was_handed(target):
     result = run_check(CHECKS["prefill.stateful"], target)
     assert result.status == HAZARD
     assert any("kept a view of the encoder's output" in f.signature for f in result.findings)
+
+
+# vLLM 0.34.0: the V1 runner gone, model runner V2 alone (network) ---------------------------
+
+NEWEST = "0.34.0"
+
+
+@pytest.fixture(scope="module")
+def newest(vllm_release_dirs):
+    from mmharness.engines.vllm import adapter
+
+    return adapter.from_path(str(vllm_release_dirs(NEWEST)), name=f"vllm=={NEWEST}", release=NEWEST)
+
+
+@pytest.mark.network
+def test_without_the_v1_runner_the_drafter_runs_on_model_runner_v2(newest):
+    """What the files define decides the capabilities: 0.34.0 has no GPU model runner file, and model
+    runner V2's gather takes draft_lookahead, so R3d runs there, with 0.33.0's verdict."""
+    assert (newest.paths, newest.draft_paths) == (("v2",), ("v2",))
+    options = {WHOLE_ITEMS, DRAFT_LOOKAHEAD, SCHEDULER_OPTIONS}
+    assert newest.capabilities == {PREFILL, EMBED_AND_MASK, SPLIT, *options}
+    assert any("model runner V2's is the only path" in note for note in newest.notes())
+    result = run_check(CHECKS["prefill.draft_lookahead"], newest)
+    assert result.status == HAZARD
+    assert [f.signature for f in result.findings] == [LOOKAHEAD_CUT]
+    assert newest.engine.record.reached == []
+
+
+@pytest.mark.network
+def test_check_runs_the_drafter_check_on_0_34(harness_cache, tmp_path, capsys, monkeypatch):
+    from mmharness.cli import main
+
+    monkeypatch.setenv("MMHARNESS_CACHE", str(harness_cache))
+    argv = ["check", "--target", f"vllm=={NEWEST}", "--checks", "prefill.draft_lookahead", "--no-shrink"]
+    code = main(
+        [*argv, "--max-examples", "10", "--json", str(tmp_path / "r.json"), "--findings", str(tmp_path)]
+    )
+    assert code == 0, capsys.readouterr().out
+    import json
+
+    (result,) = json.loads((tmp_path / "r.json").read_text())["results"]
+    assert result["status"] in (PASSED, HAZARD), result
+
+
+def test_a_release_without_a_drafting_gather_says_so():
+    class NoShift:
+        def _gather_mm_embeddings(self, output: Any) -> tuple[list, Any]:
+            raise AssertionError("not called")
+
+    modules = driver.Modules(Range, Feature, object, Manager, object, NoShift, None, None, True)
+    assert not driver.Driver(modules).drafts_on("v1")
+    assert driver.Driver(
+        driver.Modules(Range, Feature, object, Manager, object, Runner, None, None, True)
+    ).drafts_on("v1")
+
+
+V2_DRAFTER_UNSHIFTED = (
+    "v1/worker/gpu/mm/encoder_runner.py",
+    "num_computed_tokens = num_computed_tokens + draft_lookahead",
+    "num_computed_tokens = num_computed_tokens + 0",
+)
+"""Model runner V2's drafter gather reads the step's own window, not the one moved one on."""
+ROLLED_BACK_TO_NOTHING = (
+    "v1/core/sched/scheduler.py",
+    "0, start_pos - (num_computed_tokens + shift_computed_tokens)",
+    "0, 0",
+)
+"""Items whole: a step that cannot finish the next item schedules nothing, not the text before it."""
+
+
+@pytest.mark.network
+def test_the_drafter_check_drives_model_runner_v2s_gather(vllm_release_dirs, seeded_copy):
+    from mmharness.engines.vllm import adapter
+
+    copy = seeded_copy(
+        vllm_release_dirs(NEWEST), [(f"vllm/{file}", a, b) for file, a, b in [V2_DRAFTER_UNSHIFTED]]
+    )
+    mutant = adapter.from_path(str(copy), name="seeded", release=NEWEST)
+    result = run_check(CHECKS["prefill.draft_lookahead"], mutant, stop_at=(DIVERGENCE,))
+    assert result.status == DIVERGENCE, [f.signature for f in result.findings]
+
+
+@pytest.mark.network
+@pytest.mark.parametrize("version", [RELEASE, NEWEST])
+def test_a_scheduler_rolling_a_request_back_to_nothing_fails_the_run_for_liveness(
+    vllm_release_dirs, seeded_copy, tmp_path, capsys, version
+):
+    """A request whose next image does not fit is rolled back to no token, not to the text before the
+    image, step after step: a livelock (R3l), which ending every request at the first empty step hid."""
+    from mmharness.cli import main
+
+    file, original, bug = ROLLED_BACK_TO_NOTHING
+    copy = seeded_copy(vllm_release_dirs(version), [(f"vllm/{file}", original, bug)])
+    argv = ["check", "--target", str(copy), "--checks", "prefill.whole_items", "--first-failure"]
+    assert main([*argv, "--findings", str(tmp_path / "found")]) == 1
+    out = capsys.readouterr().out
+    assert f"no progress: {reference.LIVELOCK}" in out
+    assert "though neither the token budget nor the encoder cache blocked it" in out
+
+
+@pytest.mark.network
+@pytest.mark.parametrize("version", [RELEASE, NEWEST])
+def test_a_request_the_cache_cannot_take_while_another_holds_it_is_blocked_not_livelocked(
+    vllm_release_dirs, version
+):
+    """Request 0 stops inside its first image for the drafter (the cut hazard) and holds it, its window
+    too short for the next; request 1's image needs the cache's only room, which request 0 holds: both
+    wait for good, each held back (the budget, the cache), so the step that schedules nothing is no
+    livelock, and the check gives the cut hazard alone."""
+    from mmharness.engines.vllm import adapter
+    from mmharness.model import Case, Item, Request
+
+    target = adapter.from_path(str(vllm_release_dirs(version)), name="vllm", release=version)
+    first, second, other = Item(((1, 2),), hash=1), Item(((3, 3),), hash=3), Item(((0, 1),), hash=2)
+    case = Case((Request(4, 0, 3, (first, second)), Request(2, 0, 2, (other,))), hidden=4)
+    drawn = {
+        "cache_size": 2,
+        "encoder_budget": 0,
+        "token_budget": 0,
+        "other_path": 0,
+        "whole": 1,
+        "drafter": 1,
+    }
+    with pytest.raises(Hazard) as cut:
+        CHECKS["prefill.whole_items"].property(target, case, drawn)
+    assert cut.value.signature == LOOKAHEAD_CUT
 
 
 # (what, file, original text, seeded bug, check that must fail, how)

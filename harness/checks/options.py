@@ -12,8 +12,10 @@ engine's second gather, and the other option (items whole with a drafter). A
 target that can run them declares ``SCHEDULER_OPTIONS`` (``scheduled_prefill``:
 vLLM's step driver); others run with the option alone. Under every combination the same rules
 hold: each step's rows are R3's rows of what it scheduled, no step cuts an
-item (R3w), the drafter's gather finds what was encoded (R3d), and the step
-that refuses a request schedules nothing of it. And the encoder's work is
+item (R3w), the drafter's gather finds what was encoded (R3d), the step
+that refuses a request schedules nothing of it, and a request the steps
+leave waiting was held back by the token budget or the encoder cache (R3l:
+otherwise a livelock). And the encoder's work is
 watched (hazards, without hash collisions): no step encodes more than its
 compute budget, no item is encoded again while a cache that evicts its
 oldest unreferenced entries first, of the size in force, would still have
@@ -30,6 +32,7 @@ from mmharness.checks.common import REFERENCE, collisions_as_hazards
 from mmharness.checks.outcome import Failure, Hazard, Outcome, observe, show_error, value_of
 from mmharness.checks.prefill import refused_collision, run, same
 from mmharness.checks.registry import DIFFERENTIAL, check
+from mmharness.deadline import NoProgress
 from mmharness.model import Case, Item
 from mmharness.targets.base import (
     DRAFT_LOOKAHEAD,
@@ -160,6 +163,7 @@ def _held_to_the_rules(case: Case, served: Any, *, whole: bool, drafter: bool, l
         with collisions_as_hazards(case):
             for k, start, tokens, draft_rows, draft_mask in served.drafts:
                 _draft_step(case, k, start, tokens, draft_rows, draft_mask)
+    _liveness(case, served, whole=whole, lookahead=lookahead if drafter else 0)  # whatever the hashes
     if cut:
         raise Hazard(
             "a step cut an item it started, with items scheduled whole and a drafter: it stopped one token"
@@ -171,6 +175,76 @@ def _held_to_the_rules(case: Case, served: Any, *, whole: bool, drafter: bool, l
         )
     if served.log is not None and not reference.has_any_collision(case):
         _encoder_work(case, served, lookahead if drafter else 0)
+
+
+def _liveness(case: Case, served: Any, *, whole: bool, lookahead: int) -> None:
+    """R3l: a request the steps left short of its window's end was blocked, in the step that scheduled
+    nothing (a step driver stops there: every later step would be the same one), by the token budget or
+    the encoder cache (``reference.blocker``); nothing blocking it is a livelock, naming the request, the
+    step and what was free. The cache's room is the rules', never the target's own account of it."""
+    log = served.log or []
+    when = f"step {len(log) - 1}" if log else "the step after its last"
+    unit = getattr(served, "unit", "embeddings")
+    asked_in = getattr(log[-1], "asked", {}) if log else {}
+    for k, at in reference.waiting(case, served.steps).items():
+        request = case.requests[k]
+        asked = asked_in.get(k, request.window.stop - at)
+        room = _room(case, served, k, lookahead) if log else None
+        if reference.blocker(request, at, asked, whole=whole, lookahead=lookahead, room=room, unit=unit):
+            continue
+        cache = _what_was_free(request, at, room, served) if room is not None else ""
+        raise NoProgress(
+            f"{when} scheduled no token of request {k}, waiting at position {at} of its window's end"
+            f" {request.window.stop}, though neither the token budget nor the encoder cache blocked it",
+            signature=reference.LIVELOCK,
+            expected="a step schedules a token of a waiting request unless the token budget or the encoder"
+            " cache holds back its next item (R3l)",
+            actual=f"free in {when}: {asked} tokens asked{cache}; steps {served.steps}",
+        )
+
+
+def _what_was_free(request: Any, at: int, room: Any, served: Any) -> str:
+    """The cache's size and budget in force, and the room they had for the item at ``at``, if any."""
+    shown = f", a cache of {served.cache_size} {served.unit} and an encoder budget of {served.encoder_budget}"
+    for i, item in enumerate(request.items):
+        if item.extent.start <= at < item.extent.stop:
+            free = room(item)
+            return shown + (f", item {i} cached" if free is None else f", {free} free for item {i}")
+    return shown
+
+
+def _room(case: Case, served: Any, k: int, lookahead: int) -> Any:
+    """What a cache of the size in force has, by the rules, for request ``k``'s item in the last step.
+
+    ``None`` for an item a request still in the batch surely holds (a step ran it over the item's
+    positions, and it has not passed its end): cached, it needs no room. Otherwise the cache less every
+    other item a request in the batch may hold (one a step reached, look-ahead included, or any
+    another request has not passed, up to its window's end and the look-ahead), at most the step's
+    encoder budget: room a cache evicting only unreferenced entries surely has, whatever the target's
+    own accounting says.
+    """
+    last = len(served.log) - 1
+    ends = [r.window.stop for r in case.requests]
+
+    def room(item: Item) -> int | None:
+        holder = _holder(case, served.log, last, item.hash, 0)  # a step ran over its positions
+        if holder is not None and case.requests[holder[0]].items[holder[1]].token_count == item.token_count:
+            return None
+        taken = {  # by hash and size: with a hash collision both entries count
+            (other.hash, other.token_count): other
+            for r, computed in served.log[last].live.items()
+            for other in case.requests[r].items
+            if other.extent.stop > computed
+            and (
+                (r != k and other.extent.start < ends[r] + lookahead)
+                or _holder(case, served.log, last, other.hash, lookahead) is not None
+            )
+        }
+        taken.pop((item.hash, item.token_count), None)
+        used = sum(reference.cost(other, served.unit) for other in taken.values())
+        return min(served.cache_size - used, served.encoder_budget)
+
+    return room
 
 
 def scheduled_run(target: Target, case: Case, params: dict) -> None:
@@ -210,10 +284,6 @@ def _cut_for_lookahead(case: Case, served: Any, cut: tuple[int, int], lookahead:
     )
 
 
-def _cost(item: Item, unit: str) -> int:
-    return item.token_count if unit == "embeddings" else len(item.extent)
-
-
 def _encoder_work(case: Case, served: Any, lookahead: int) -> None:
     """Hazards of the encoder's work under a compute budget and a cache of a given size.
 
@@ -246,7 +316,7 @@ def _encoder_work(case: Case, served: Any, lookahead: int) -> None:
                     signature="evicted a cache entry a live request still held",
                 )
         items = [case.requests[k].items[i] for k, i in step.encoded]
-        cost = sum(_cost(item, served.unit) for item in items)
+        cost = sum(reference.cost(item, served.unit) for item in items)
         if cost > served.encoder_budget:
             raise Hazard(
                 f"step {t} encoded more than the step's encoder compute budget",
@@ -258,7 +328,7 @@ def _encoder_work(case: Case, served: Any, lookahead: int) -> None:
             if item.hash in last:
                 held = _could_hold(case, served.log[last[item.hash] : t + 1], ends, lookahead)
                 held.pop(item.hash, None)
-                need = _cost(item, served.unit) + sum(_cost(other, served.unit) for other in held.values())
+                need = sum(reference.cost(one, served.unit) for one in (item, *held.values()))
                 if need <= served.cache_size:
                     raise Hazard(
                         f"step {t} encoded item {i} of request {k} again"

@@ -490,6 +490,8 @@ class EngineModel(Target):
                 else start <= extent.start
             )
             if reached and extent.start < end and extent.stop > last:
+                if self.bug == "whole_items_stops_at_first_token":
+                    return start
                 return extent.stop if self.bug == "whole_items_finish_past_window" else extent.start
         return end
 

@@ -151,6 +151,11 @@ _MUTANTS = (
         "items whole: a step runs past the window's end to finish the item it reached",
     ),
     Mutant(
+        "whole_items_stops_at_first_token",
+        "R3w",
+        "items whole: a step that cannot finish an item schedules nothing, not the text before it (R3l)",
+    ),
+    Mutant(
         "whole_items_rows_of_window",
         "R3w",
         "items whole: the whole window's rows are served, past where the step stopped",

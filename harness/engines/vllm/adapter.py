@@ -57,6 +57,17 @@ def _cls(module: Any, name: str) -> Any:
     return value if isinstance(value, type) else None
 
 
+def _defining(engine: loader.Engine, preferred: str, name: str, method: str) -> tuple[Any, Any]:
+    """The class ``name`` with ``method`` and the module holding it: the layout's file for it first, then
+    any other loaded file (engines move code between files), else ``(None, None)``."""
+    for module_name in (preferred, *(m for m in engine.modules if m != preferred)):
+        module = engine.module(module_name)
+        found = _cls(module, name)
+        if found is not None and hasattr(found, method):
+            return found, module
+    return None, None
+
+
 FieldConfig = Callable[[dict[str, Any]], Any]
 """``hf_inputs -> {key: MultiModalFieldConfig}``: how a model's processor output splits into items."""
 
@@ -100,18 +111,13 @@ def detect(engine: loader.Engine) -> tuple[Modules | None, list[str]]:
     scheduler = pieces["Scheduler"]
     if scheduler is not None and not hasattr(scheduler, "_try_schedule_encoder_inputs"):
         lacking.append("Scheduler._try_schedule_encoder_inputs")
-    runner_v1 = _cls(get(layout.RUNNER_V1), "GPUModelRunner")
-    if runner_v1 is not None and not hasattr(runner_v1, "_gather_mm_embeddings"):
-        runner_v1 = None
-    runner_v2 = _cls(get(layout.RUNNER_V2), "EncoderRunner")
-    if runner_v2 is not None and not hasattr(runner_v2, "gather_mm_embeddings"):
-        runner_v2 = None
+    runner_v1, v1_module = _defining(engine, layout.RUNNER_V1, "GPUModelRunner", "_gather_mm_embeddings")
+    runner_v2, _ = _defining(engine, layout.RUNNER_V2, "EncoderRunner", "gather_mm_embeddings")
     if runner_v1 is None and runner_v2 is None:
         lacking.append("a gather (GPUModelRunner._gather_mm_embeddings, EncoderRunner.gather_mm_embeddings)")
     if lacking:
         return None, lacking
-    runner_globals = get(layout.RUNNER_V1).__dict__ if runner_v1 is not None else {}
-    scatter = runner_globals.get("scatter_mm_placeholders")
+    scatter = v1_module.__dict__.get("scatter_mm_placeholders") if v1_module is not None else None
     params = inspect.signature(pieces["PlaceholderRange"]).parameters
     return (
         Modules(
@@ -131,9 +137,13 @@ def detect(engine: loader.Engine) -> tuple[Modules | None, list[str]]:
 
 _OWNERS = {
     SPLIT: (layout.INPUTS, layout.QWEN2_VL, layout.KIMI_K25),
-    DRAFT_LOOKAHEAD: (layout.RUNNER_V1,),
+    DRAFT_LOOKAHEAD: (layout.RUNNER_V1, layout.RUNNER_V2),
 }
 """Capability -> the files that would hold it: where a load error makes it *could not test*."""
+NO_DRAFTER = (
+    "no gather of this release reads ahead for a drafter (GPUModelRunner._gather_mm_embeddings taking"
+    " shift_computed_tokens, EncoderRunner.gather_mm_embeddings taking draft_lookahead)"
+)
 
 
 class VLLMTarget(LoadedTarget):
@@ -156,14 +166,20 @@ class VLLMTarget(LoadedTarget):
         self.paths = tuple(
             path for path, runner in (("v1", modules.runner_v1), ("v2", modules.runner_v2)) if runner
         )
+        self.draft_paths = tuple(path for path in self.paths if self.driver.drafts_on(path))
+        """The paths whose gather reads ahead for a drafter (R3d), the default first."""
         self.field_configs = field_configs(engine)
         self.merged_config = merged_config(engine)
         self._kwargs_items = getattr(engine.module(layout.INPUTS), "MultiModalKwargsItems", None)
         splits = bool(self.field_configs) and hasattr(self._kwargs_items, "from_hf_inputs")
-        drafter = {DRAFT_LOOKAHEAD} if modules.runner_v1 is not None else set()
+        drafter = {DRAFT_LOOKAHEAD} if self.draft_paths else set()
         options = {WHOLE_ITEMS, SCHEDULER_OPTIONS, *drafter}
         self.capabilities = frozenset({PREFILL, EMBED_AND_MASK, *options} | ({SPLIT} if splits else set()))
-        self.missing = dict(NOT_APPLICABLE) | ({} if splits else {SPLIT: NO_FIELD_CONFIG})
+        self.missing = (
+            dict(NOT_APPLICABLE)
+            | ({} if splits else {SPLIT: NO_FIELD_CONFIG})
+            | ({} if self.draft_paths else {DRAFT_LOOKAHEAD: NO_DRAFTER})
+        )
         absent = base.ALL_CAPABILITIES - self.capabilities
         self.unloaded = base.unloaded(absent, engine.errors, _OWNERS)
 
@@ -197,6 +213,8 @@ class VLLMTarget(LoadedTarget):
     def release_notes(self) -> list[str]:
         if "v2" not in self.paths:
             return ["no model runner V2 gather in this release: the V1 gather is the only path"]
+        if "v1" not in self.paths:
+            return ["no GPU model runner (V1) gather in this release: model runner V2's is the only path"]
         return []
 
     def new_cache(self, max_size: int) -> EncoderCache:
@@ -226,15 +244,17 @@ class VLLMTarget(LoadedTarget):
     def whole_item_prefill(
         self, case: Case, encoder: Encoder, *, cache: EncoderCache
     ) -> tuple[Any, list[tuple[int, int, int]]]:
-        """The windows prefilled with ``disable_chunked_mm_input`` on: the rows and the steps taken."""
-        served = self._run(case, encoder, cache, self.paths[0], whole_items=True)
+        """The windows prefilled with ``disable_chunked_mm_input`` on: the rows and the steps taken (a
+        request left waiting stops short of its window: the caller judges why, R3l)."""
+        served = self._run(case, encoder, cache, self.paths[0], whole_items=True, report_stalls=True)
         return rows_of(served.rows), served.steps
 
     def draft_prefill(
         self, case: Case, encoder: Encoder, *, cache: EncoderCache
     ) -> tuple[Any, list[tuple[int, int, int]], list[tuple[int, int, int, Any, Any]]]:
-        """The windows prefilled for a drafter reading one token ahead: rows, steps, the drafter's gathers."""
-        served = self._run(case, encoder, cache, "v1", lookahead=1)
+        """The windows prefilled for a drafter reading one token ahead: rows, steps, the drafter's gathers
+        (on the first path whose gather reads ahead: V1's up to 0.33, V2's where it is the only one)."""
+        served = self._run(case, encoder, cache, self.draft_paths[0], lookahead=1, report_stalls=True)
         return rows_of(served.rows), served.steps, served.drafts
 
     def scheduled_prefill(
@@ -256,8 +276,11 @@ class VLLMTarget(LoadedTarget):
         cache's size (``cache``) as vLLM's config gives them, items whole
         (``disable_chunked_mm_input``) and a drafter ``lookahead`` tokens ahead,
         on either gather. The answer is the driver's ``Served``: rows, steps,
-        the drafter's gathers and a log of each step's encoder inputs, with
-        the cache size and encoder budget in force (``unit``: what they count).
+        the drafter's gathers and a log of each step (its encoder inputs, the
+        tokens each request asked for), with the cache size and encoder
+        budget in force (``unit``: what they count). A step that schedules
+        nothing and ends nothing ends the call; the requests left waiting are
+        the caller's to judge (R3l).
         """
         return self._run(
             case,
@@ -268,6 +291,7 @@ class VLLMTarget(LoadedTarget):
             lookahead=lookahead,
             token_budget=token_budget,
             encoder_budget=encoder_budget,
+            report_stalls=True,
         )
 
     def split_item(self, case: Case, item: FeatureItem) -> list[FeatureItem]:

@@ -21,8 +21,11 @@ nothing of it (no token, no encoder input): one that does stops the call there,
 before the step's encode and gather run for it, and the rejection's log shows
 the request both scheduled and rejected in that step (``Rejected.scheduled``),
 which the checks hold to the rules. A step that advances no request and ends
-none, while windows remain, is the engine's: ``NoProgress`` (a divergence), as
-is running past a cap on the steps far above what a case needs.
+none, while windows remain, stops the call: the steps say who was left waiting
+and the step's log what each asked for, for the checks to judge (R3l), or, in a
+call without options, where nothing could hold a request back, it is the
+engine's ``NoProgress`` (a divergence). So is running past a cap on the steps
+far above what a case needs. The driver never ends a request vLLM did not.
 
 The engine's classes are never instantiated (their constructors want a whole
 engine configuration): a ``StandIn`` (``mmharness.targets.standin``) holds the
@@ -39,6 +42,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from mmharness import reference
 from mmharness.deadline import NoProgress
 from mmharness.model import Case, Item
 from mmharness.targets import standin
@@ -269,6 +273,13 @@ class Driver:
         self._v2_required = parameters(gather, required=True) if gather else []
         self.v2_drafts = "draft_lookahead" in self._v2_fields
         """Whether model runner V2's gather reads ahead for a drafter (``draft_lookahead``)."""
+        gather_v1 = modules.runner_v1._gather_mm_embeddings if modules.runner_v1 is not None else None
+        self.v1_drafts = gather_v1 is not None and "shift_computed_tokens" in parameters(gather_v1)
+        """Whether the V1 runner's gather reads ahead for a drafter (``shift_computed_tokens``)."""
+
+    def drafts_on(self, path: str) -> bool:
+        """Whether a drafter's gather runs on ``path``: its own gather reads ahead, or (``v2``) V1's does."""
+        return self.v1_drafts or (path == "v2" and self.v2_drafts)
 
     # requests ---------------------------------------------------------------------
 
@@ -346,6 +357,7 @@ class Driver:
         lookahead: int = 0,
         token_budget: int | None = None,
         encoder_budget: int | None = None,
+        report_stalls: bool = False,
     ) -> Served:
         """Each request's window rows and mask, as the gathers of every step served them.
 
@@ -366,6 +378,19 @@ class Driver:
         ``compute_mm_encoder_budget`` raises them, to the largest item (with
         items whole and a drafter, one token more: a step starting one token
         before an item must fit it).
+
+        A step that schedules nothing and ends no request (none reached its
+        window's end, none was rejected) leaves the engine where it was, so
+        every later step would be the same. With ``report_stalls`` the call
+        stops there: the waiting requests' steps stop short of their windows,
+        and the last ``StepLog`` says what each asked for, for the caller to
+        judge (R3l: only a token budget or a cache that cannot take the next
+        item excuses it). Without, it is ``NoProgress``: a call without
+        options, whose budgets and cache vLLM raises to the largest item, has
+        nothing that could hold a request back. Either way the
+        driver never ends a request the engine did not: a request leaves the
+        batch when its window is done or vLLM rejects it, and the rest only
+        when the call is over.
         """
         import torch
 
@@ -398,7 +423,7 @@ class Driver:
                     raise self._stuck_at_cap(_waiting(requests, ends, live), cap, need, len(requests))
                 log.append(StepLog({k: requests[k].num_computed_tokens for k in sorted(live)}))
                 scheduled = self._schedule(
-                    scheduler, requests, ends, live, budget, tokens, lookahead, asked=log[-1].asked
+                    scheduler, requests, ends, live, budget, tokens, lookahead, log=log[-1]
                 )
                 log[-1].scheduled = {k: count for k, (count, _) in scheduled.items()}
                 # vLLM finishes a rejected request with an error after the step, and forgets the rejection
@@ -412,12 +437,14 @@ class Driver:
                 if any(k in scheduled for k in left):  # its tokens must not run: stop before the encode
                     break
                 if not scheduled:
-                    done = [k for k in live if whole_items or requests[k].num_computed_tokens >= ends[k]]
-                    if not done and not left:
-                        raise self._stuck(_waiting(requests, ends, live), taken)
+                    done = [k for k in live if requests[k].num_computed_tokens >= ends[k]]
                     for k in done:  # in vLLM they would go on past their window and release their items
                         self._finish(requests[k], cache, live, k)
-                    continue
+                    if done or left:
+                        continue
+                    if not report_stalls:
+                        raise self._stuck(_waiting(requests, ends, live), taken)
+                    break  # nothing scheduled or ended: every later step is this one (the caller judges)
                 for mm_hash in cache.manager.get_freed_mm_hashes():
                     cache.outputs.pop(mm_hash, None)
                     if mm_hash in hashes:
@@ -457,10 +484,12 @@ class Driver:
 
     @staticmethod
     def _stuck(waiting: list[str], step: int) -> NoProgress:
-        """A step that scheduled no token of any unfinished request and ended none: the engine's."""
+        """A step that scheduled no token of any unfinished request and ended none, in a call without
+        options (nothing could hold a request back): the engine's livelock (R3l)."""
         return NoProgress(
-            f"vLLM's scheduler scheduled no token in step {step} for {len(waiting)} unfinished request(s)",
-            signature="vLLM's scheduler scheduled no token of any unfinished request",
+            f"vLLM's scheduler scheduled no token in step {step} for {len(waiting)} unfinished request(s),"
+            " in a call where neither the token budget nor the encoder cache could hold one back",
+            signature=reference.LIVELOCK,
             actual="; ".join(waiting),
         )
 
@@ -492,14 +521,15 @@ class Driver:
         tokens: int | None,
         lookahead: int,
         *,
-        asked: dict[int, int],
+        log: StepLog,
     ) -> dict[int, tuple[int, list[int]]]:
         """One scheduler step: request index -> (tokens scheduled, encoder inputs to run).
 
         As vLLM's ``schedule`` does for running requests: in order, each asks
         for what is left of its window (at most what is left of the token
-        budget; recorded in ``asked``), and the step's token and encoder
-        budgets go down only by what a request was scheduled.
+        budget), and the step's token and encoder budgets go down only by what
+        a request was scheduled. What each asked for goes in the step's
+        ``log`` (``asked``).
         """
         scheduled: dict[int, tuple[int, list[int]]] = {}
         for k in sorted(live):
@@ -509,7 +539,7 @@ class Driver:
                 remaining = min(remaining, tokens)
             if remaining <= 0:
                 continue
-            asked[k] = remaining
+            log.asked[k] = remaining
             answer = scheduler._try_schedule_encoder_inputs(
                 request, request.num_computed_tokens, remaining, budget, shift_computed_tokens=lookahead
             )
@@ -590,6 +620,11 @@ class Driver:
             counts = [count for count, _ in scheduled.values()]
             embeds, mask = self._gather_v2(
                 case, requests, scheduled, cache, ids, counts, sum(counts), draft_lookahead=lookahead
+            )
+        elif not self.v1_drafts:
+            raise HarnessGap(
+                f"no gather of this release reads ahead for a drafter on the path {path}",
+                what="a drafter's gather",
             )
         else:
             runner, output = self._runner_v1(case, requests, scheduled, cache)
