@@ -60,19 +60,24 @@ def lost(plan: Plan) -> list[records.Lost]:
     ``--allow-lost``."""
     if plan.other is None:
         return []
+    import fnmatch
+
     from mmharness.runner import not_run
 
     other, spec = plan.other, plan.against or ""
+
+    def allowed(name: str) -> bool:
+        return any(fnmatch.fnmatchcase(name, pattern) for pattern in plan.allow_lost)
+
     found = []
     for check, device in plan.units:
         mine = not_run(check, plan.target, device)
         if mine is not None and not_run(check, other, device) is None:
-            allowed = check.id in plan.allow_lost
-            found.append(records.Lost(check.id, records.CHECK, device, spec, mine.reason, allowed))
+            found.append(records.Lost(check.id, records.CHECK, device, spec, mine.reason, allowed(check.id)))
     theirs = other.engine_functions()
     for name, why in plan.target.engine_functions().items():
         if why is not None and name in theirs and theirs[name] is None:
-            found.append(records.Lost(name, records.FUNCTION, "", spec, why, name in plan.allow_lost))
+            found.append(records.Lost(name, records.FUNCTION, "", spec, why, allowed(name)))
     return found
 
 

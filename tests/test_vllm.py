@@ -388,6 +388,45 @@ def test_check_runs_the_drafter_check_on_0_34(harness_cache, tmp_path, capsys, m
     assert result["status"] in (PASSED, HAZARD), result
 
 
+@pytest.mark.network
+def test_against_0_33_the_comparison_goes_past_the_default_path_and_names_the_lost_v1_runner(
+    harness_cache, tmp_path, capsys, monkeypatch, vllm_release_dirs
+):
+    """0.33.0 runs V1 by default, 0.34.0 has only V2: both run on V2, the changed default is one note,
+    the V1 gather is lost coverage (exit 3 unless allowed), and the comparison finds changes behind the
+    default, never a lone "calls" difference. A copy of 0.34.0 against 0.34.0 has nothing to say."""
+    import json
+
+    from mmharness.cli import main
+
+    monkeypatch.setenv("MMHARNESS_CACHE", str(harness_cache))
+    argv = [
+        "check",
+        "--target",
+        f"vllm=={NEWEST}",
+        "--checks",
+        "prefill.draft_lookahead,prefill.matches_reference",
+    ]
+    argv += ["--max-examples", "20", "--no-shrink", "--findings", str(tmp_path / "f")]
+    report = tmp_path / "r.json"
+    assert main([*argv, "--against", "vllm==0.33.0", "--json", str(report)]) == 3
+    out = capsys.readouterr().out
+    assert "the default path changed (v1 on vllm==0.33.0, v2 here)" in out
+    document = json.loads(report.read_text())
+    lost = {entry["what"] for entry in document["lost"]}
+    assert "GPUModelRunner._gather_mm_embeddings" in lost and all(
+        e["of"] == "function" for e in document["lost"]
+    )
+    changes = [f for r in document["results"] for f in r["findings"]]
+    assert changes and not any(f["signature"].startswith("neutral change (calls)") for f in changes)
+    assert main([*argv, "--against", "vllm==0.33.0", "--allow-lost", "GPUModelRunner.*"]) == 0
+    capsys.readouterr()
+    tree = str(vllm_release_dirs(NEWEST))
+    assert main([*argv, "--target", tree, "--against", f"vllm=={NEWEST}", "--json", str(report)]) == 0
+    document = json.loads(report.read_text())
+    assert document["lost"] == [] and not [f for r in document["results"] for f in r["findings"]]
+
+
 def test_a_release_without_a_drafting_gather_says_so():
     class NoShift:
         def _gather_mm_embeddings(self, output: Any) -> tuple[list, Any]:

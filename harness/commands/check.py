@@ -62,8 +62,8 @@ def _what_runs(check: argparse.ArgumentParser) -> None:
         "--allow-lost",
         action="append",
         metavar="CHECKS",
-        help="with --against: comma-separated checks that may run on the other target and not on this one"
-        " (lost coverage, else exit 3); repeatable",
+        help="with --against: comma-separated checks or engine functions (globs too: 'GPUModelRunner.*')"
+        " that may run on the other target and not on this one (lost coverage, else exit 3); repeatable",
     )
     group.add_argument(
         "--checks",
@@ -281,12 +281,15 @@ def _plan(args: argparse.Namespace):
 
 
 def _allowed_lost(given: list[str] | None, against: str | None, known: set[str]) -> frozenset[str]:
-    """``--allow-lost NAME,...``: checks or engine functions whose lost coverage does not fail the run;
-    each must be a selected check or a function either target knows, and only with ``--against``."""
+    """``--allow-lost NAME,...``: checks or engine functions (or glob patterns of them) whose lost
+    coverage does not fail the run; each must name a selected check or a function either target
+    knows, and only with ``--against``."""
+    import fnmatch
+
     names = {name.strip() for value in given or () for name in value.split(",") if name.strip()}
     if names and against is None:
         raise UsageError("--allow-lost needs --against: coverage is lost only against another target")
-    unknown = sorted(names - known)
+    unknown = sorted(name for name in names if not fnmatch.filter(known, name))
     if unknown:
         raise UsageError(
             f"--allow-lost {', '.join(unknown)}: not a check this run selects nor an engine function either"

@@ -146,6 +146,11 @@ NO_DRAFTER = (
 )
 
 
+V1_GATHER, V2_GATHER = "GPUModelRunner._gather_mm_embeddings", "EncoderRunner.gather_mm_embeddings"
+NO_V1_DRAFT = "its V1 gather takes no shift_computed_tokens: no drafter reads ahead on V1"
+NO_V2_DRAFT = "its V2 gather takes no draft_lookahead: no drafter reads ahead on V2"
+
+
 class VLLMTarget(LoadedTarget):
     """One vLLM release behind the ``Target`` protocol, driven step by step (``driver``)."""
 
@@ -191,6 +196,24 @@ class VLLMTarget(LoadedTarget):
             "field_configs": sorted(self.field_configs),
             "cache_at_placeholder_length": self.modules.scatter is not None,
             "rejects_mismatched_identifiers": hasattr(self.modules.scheduler, REJECTS_MISMATCH),
+        }
+
+    def engine_functions(self) -> dict[str, str | None]:
+        """The vLLM functions the step driver runs, each ``None`` where it drives it, else why not: what a
+        comparison with another release calls lost coverage (0.34.0 has no V1 runner)."""
+        m, driver = self.modules, self.driver
+        v1 = None if m.runner_v1 is not None else "absent: no GPUModelRunner with _gather_mm_embeddings"
+        v2 = None if m.runner_v2 is not None else "absent: no EncoderRunner with gather_mm_embeddings"
+        return {
+            "Scheduler._try_schedule_encoder_inputs": None,
+            "EncoderCacheManager": None,
+            V1_GATHER: v1,
+            V2_GATHER: v2,
+            f"{V1_GATHER} (shift_computed_tokens)": v1 or (None if driver.v1_drafts else NO_V1_DRAFT),
+            f"{V2_GATHER} (draft_lookahead)": v2 or (None if driver.v2_drafts else NO_V2_DRAFT),
+            "scatter_mm_placeholders": None
+            if m.scatter is not None
+            else "absent: the V1 runner's module lacks it",
         }
 
     def excluded_branches(self) -> tuple[reach.Excluded, ...]:
