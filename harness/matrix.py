@@ -57,7 +57,7 @@ the searched target's, its case the same.
 
 Against a known-good target (``against``, ``matrix --against SPEC``): every
 column runs each check on both (``Session``'s ``against``, ``mmharness.against``),
-so a cell's findings are changes from it (regression, fix, neutral) and a check
+so a cell's findings are changes from it (regression, inherited, permitted, fix, neutral) and a check
 it cannot run is skipped, naming it. A change exists only relative to that
 target, so the replay runs each class's case on both as well; the JSON names it
 (``"against"``), and ``merge`` replays a merged matrix against it too.
@@ -1022,7 +1022,7 @@ def render(matrix: Matrix, *, color: bool = False, strict: bool = False, grid: b
 
     lines = []
     if matrix.against:  # what every finding below is relative to
-        lines.append(f"against: {matrix.against} (each finding a change from it: regression, fix, neutral)")
+        lines.append(f"against: {matrix.against} (each finding a change from it: a regression fails the run)")
     for one in matrix.stopped_running():  # what the later targets no longer test, before any verdict
         lines.append(f"stopped running: {one.check} ran on {one.last}, skipped on {one.target}: {one.reason}")
     if grid:

@@ -62,7 +62,7 @@ def _rebuilt(kind: type[Failure], message, expected, actual, signature, example,
 
 @dataclass(frozen=True)
 class Compared:
-    """A change a comparison found: ``change`` (regression, fix, neutral), the ``observable`` that
+    """A change a comparison found: ``change`` (``records.CHANGES``), the ``observable`` that
     differs, and its ``basis``: the failing side's own signature, or the call that differs."""
 
     change: str

@@ -475,7 +475,7 @@ def _print_header(plan, args, ledger) -> list[str]:
         _print_target("against", plan.other, plan.against)
         for note in [*plan.other.notes(), *filter(None, [path_note(plan.target, plan.other, plan.against)])]:
             print(f"  note: {note}")
-        print("  each difference is a change: regression (fails the run), fix, neutral (fail under --strict)")
+        print("  each difference is a change: a regression fails the run; the others fail under --strict")
         for lost in ledger.of(records.Lost):  # what no longer runs, before any verdict
             print(f"  lost coverage: {lost.shown()}" + (" (allowed: --allow-lost)" if lost.allowed else ""))
     print(flush=True)

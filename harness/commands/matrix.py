@@ -88,7 +88,8 @@ def _matrix_parser(sub) -> None:
         "--against",
         metavar="SPEC",
         help="a known-good target every case on every target also runs on, as `check --against` does:"
-        " each finding is a change from it (regression, fix, neutral), and so is each replayed class",
+        " each finding is a change from it (a regression, inherited, permitted, fix or neutral), and so is"
+        " each replayed class",
     )
     _search_options(matrix)
 
