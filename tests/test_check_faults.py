@@ -100,3 +100,29 @@ def test_a_full_disk_under_the_ledger_names_the_ledger(capsys, tmp_path, monkeyp
     code, _, err = _check(capsys, tmp_path)
     assert code == 2
     one_line(err, f"cannot write {tmp_path / 'findings' / 'ledger.ndjson'}", "No space left on device")
+
+
+# replay and atlas under the same faults ---------------------------------------------------------------
+
+
+def test_an_interrupted_replay_is_never_a_pass_and_a_full_disk_under_atlas_is_one_line(
+    capsys, tmp_path, monkeypatch
+):
+    """``replay`` stopped between two cases exits 130 (never 0 or 1, which read as verdicts); ``atlas``
+    whose document the disk refuses says so in one line, exit 2, leaving no part of it."""
+    assert _check(capsys, tmp_path, "--first-failure")[0] == 1
+    (one,) = (tmp_path / "findings").glob("*.json")
+    saved = [str(one), str(one)]
+    with pytest.MonkeyPatch.context() as patch:
+        interrupt_at(patch, "mmharness.against.replay_case", call=2)
+        code, out, err = cli(capsys, "replay", *saved)
+    unfinished(code)
+    assert code == 130 and "Traceback" not in out + err
+    matrix = tmp_path / "m.json"
+    argv = ["matrix", "--target", TARGET, "--checks", "chunk.matches_reference", "--max-examples", "5"]
+    assert cli(capsys, *argv, "--json", str(matrix))[0] == 1
+    no_space(monkeypatch, "mmharness.report.write")
+    document = tmp_path / "atlas.md"
+    code, _, err = cli(capsys, "atlas", str(matrix), "-o", str(document))
+    assert code == 2 and not document.exists()
+    one_line(err, "cannot write", "No space left on device")

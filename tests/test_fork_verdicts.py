@@ -152,13 +152,17 @@ def test_against_its_release_a_fork_that_no_longer_drives_a_function_has_lost_co
     release = str(Path(sglang_release("0.5.23").describe()["source"]))
     report = tmp_path / "lost.json"
     argv = ["check", "--target", tree(NEW_FORM), "--against", release, "--checks", "count.matches_reference"]
+    junit = tmp_path / "lost.xml"
     argv += ["--max-examples", "3", "--findings", str(tmp_path / "findings"), "--json", str(report)]
-    assert main(argv) == 3
+    assert main([*argv, "--junit", str(junit)]) == 3
     out = capsys.readouterr().out
     assert f"lost coverage: engine function embed_mm_inputs runs on {release} and not here: " in out
     assert out.index("lost coverage:") < out.index("PASS ")
     (lost,) = json.loads(report.read_text())["lost"]
     assert (lost["what"], lost["of"], lost["allowed"]) == ("embed_mm_inputs", "function", False)
     assert "vision_token_budget" in lost["reason"]
+    xml = junit.read_text()
+    assert '<property name="untested" value="not driven: embed_mm_inputs: ' in xml, "untested, in JUnit too"
+    assert 'classname="mmharness.lost.function" name="embed_mm_inputs"' in xml
     assert main([*argv, "--allow-lost", "embed_mm_inputs"]) == 0
     assert "(allowed: --allow-lost)" in capsys.readouterr().out

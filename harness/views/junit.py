@@ -1,4 +1,5 @@
-"""JUnit XML as a view of a run's records: a testcase per lost check (first), per unit and per
+"""JUnit XML as a view of a run's records: what the run did not exercise as properties, then a
+testcase per lost check or engine function (first), per unit and per
 changed known finding. A divergence fails; a could-not-test, a lost check and a check that did not
 finish err; a hazard fails under ``--strict``; a skip and a check never begun are skipped. A finding
 a baseline tolerates counts as the exit code counts it: not at all."""
@@ -41,6 +42,8 @@ def as_junit(
     )
     properties = ElementTree.SubElement(suite, "properties")
     ElementTree.SubElement(properties, "property", name="interrupted", value=str(interrupted).lower())
+    for untested in of(ledger, records.Untested):  # what the run did not exercise, before the verdicts
+        ElementTree.SubElement(properties, "property", name="untested", value=untested.what)
     for one in lost:
         text = f"{one.shown()} (allow with --allow-lost {one.what})"
         name = f"{one.what}[{one.device}]" if one.of == records.CHECK else one.what
