@@ -72,15 +72,15 @@ def main(argv: list[str] | None = None) -> int:
         said = str(stopped) if isinstance(stopped, Interrupted) else "interrupted"
         print(f"\nmmharness: {said}", file=sys.stderr)
         return interrupts.exit_code()
+    except BrokenPipeError:  # `mmharness ... | head`: the reader left, which is not an error (an OSError too)
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
     except OSError as error:
         if error.errno not in DISK_REFUSED:
             raise
         where = f" {error.filename}" if error.filename else ""
         print(f"mmharness: error: cannot write{where}: {error.strerror}", file=sys.stderr)
         return USAGE_ERROR
-    except BrokenPipeError:  # `mmharness ... | head`: the reader left, which is not an error
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        return 0
 
 
 if __name__ == "__main__":

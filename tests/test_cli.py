@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shlex
 import subprocess
 import sys
 
@@ -519,3 +520,17 @@ def test_no_shrink_reports_every_way_it_fails_as_found_serially_and_in_workers(c
     assert len(findings) >= 2 and all(f["shrunk"] is False for f in findings)
     assert "case as found (the search did not shrink it)" in outs["1"]
     assert reports["1"] == reports["2"]
+
+
+def test_a_reader_that_leaves_early_is_no_error(tmp_path):
+    """``mmharness targets | head -1``: the pipe closes under the command, which exits 0 quietly (a
+    closed pipe is an ``OSError`` too: it must not reach the full-disk handler and re-raise)."""
+    command = (
+        f"{shlex.quote(sys.executable)} -c 'import sys; from mmharness.cli import main; sys.exit(main())'"
+    )
+    done = subprocess.run(
+        ["bash", "-c", f"set -o pipefail; {command} targets | head -1"],
+        capture_output=True, text=True, cwd=tmp_path, timeout=120, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0 and done.stdout.startswith("reference"), done.stderr
+    assert "Traceback" not in done.stderr and "BrokenPipe" not in done.stderr

@@ -98,8 +98,7 @@ def _how_it_searches(check: argparse.ArgumentParser) -> None:
         "--first-failure",
         action="store_true",
         help="each check ends at its first case that fails the run, reported and saved as found, not"
-        " shrunk: whether the target fails, fast (not with --baseline, whose tolerated findings would end"
-        " a search as well)",
+        " shrunk: whether the target fails, fast (a baseline's known findings pass by)",
     )
     group.add_argument(
         "--no-shrink",
