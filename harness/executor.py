@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from mmharness import records
@@ -26,10 +26,8 @@ if TYPE_CHECKING:
 
 @dataclass
 class Execution:
-    """What running a plan left besides its records: the results (for the passes still reading them),
-    the coverage reached, and how the run stopped."""
+    """What running a plan left besides its records: the coverage reached, and how the run stopped."""
 
-    results: list[Result] = field(default_factory=list)
     reached: Any = None
     interrupted: bool = False
     failed_fast: bool = False
@@ -39,7 +37,7 @@ def execute(plan: Plan, ledger: Ledger) -> Execution:
     """Run every unit of ``plan``; the records go to ``ledger`` as each unit ends."""
     from mmharness import interrupts, reach
     from mmharness.progress import Progress
-    from mmharness.views import console
+    from mmharness.views import console, rows
 
     done = Execution(reached=reach.Reached() if plan.coverage else None)
     recorder = reach.Recorder(plan.coverage) if plan.coverage and plan.workers == 1 else None
@@ -58,11 +56,11 @@ def execute(plan: Plan, ledger: Ledger) -> Execution:
                     if done.reached is not None:  # a worker's answer carries the arcs it reached
                         result, arcs = reach.unwrapped(result)
                         done.reached.add(arcs)
-                    done.results.append(session.keep(result))
-                    ledger.extend(records.of_result(result))
+                    recorded = records.of_result(session.keep(result))
+                    ledger.extend(recorded)
                     if result.interrupted:  # stopped part-way: its findings are in the report
                         continue
-                    progress.line(console.result_line(result, color=color))
+                    progress.line(console.line(rows(recorded)[0], color=color))
                     stopping = interrupts.requested() is not None  # a signal outranks --fail-fast
                     if plan.fail_fast and not stopping and plan.fails(result):
                         done.failed_fast = True

@@ -275,11 +275,9 @@ def run_check(
     finding is kept as found, with its choice sequence (``Finding.choices``) for ``shrink_found``; a
     round then ends at its first new failure, so the same budget draws other cases than a shrinking
     search's. ``matrix`` searches so, then shrinks each class once, on the first target that found it.
-    ``on_found``: told each way of failing as first met, before it is shrunk (the ledger's ``Found``).
-    ``shrink_seconds`` with ``stop_at``: the failure the search stopped at is then shrunk, for that long
-    at most (``--fail-fast``: a first verdict, shrunk, within a CI job's limit); the others are kept
-    as found. ``tolerated``: with ``stop_at``, signatures that pass (a baseline's known findings), so
-    that only a new failure ends the search.
+    ``on_found``: told each way of failing as first met (the ledger's ``Found``). With ``stop_at``:
+    ``shrink_seconds`` shrinks the failure it stopped at for that long at most (``--fail-fast``), and
+    ``tolerated`` signatures (a baseline's) pass, so only a new failure ends the search.
     """
     seconds = deadline_for(profile, device, deadline)
     unrunnable = not_run(check, target, device)
@@ -288,12 +286,7 @@ def run_check(
     options = PROFILES[profile]
     budget = max_examples if max_examples is not None else options["max_examples"]
     fixed = seed is not None or options["derandomize"]
-    if database is not None and not fixed:
-        from mmharness.database import KeyedDatabase
-
-        database = KeyedDatabase(database, check.id, target.name, device)
-    else:
-        database = None  # a fixed seed means the same run every time: no history replayed
+    database = _keyed(database, check, target, device) if not fixed else None  # fixed: no history
     search = _Search(
         check,
         target,
@@ -320,6 +313,15 @@ def run_check(
     except KeyboardInterrupt as stop:
         raise Interrupted(search.result(interrupted=True)) from stop
     return search.result()
+
+
+def _keyed(database: Any, check: Check, target: Target, device: str) -> Any:
+    """The example database keyed to one check, target and device (``None`` stays ``None``)."""
+    if database is None:
+        return None
+    from mmharness.database import KeyedDatabase
+
+    return KeyedDatabase(database, check.id, target.name, device)
 
 
 def _shrink_first(search: _Search, stop_at: Collection[str], seconds: float | None) -> None:
@@ -350,10 +352,7 @@ def fuzz_target(
     (the check, target and device), so ``run_check(..., database=database)`` with a profile that is not
     derandomized replays and shrinks it into an ordinary ``Result``. ``known``: signatures that pass (a
     baseline's); the caller may add to the set between calls. ``deadline`` as in ``run_check``."""
-    if database is not None:
-        from mmharness.database import KeyedDatabase
-
-        database = KeyedDatabase(database, check.id, target.name, device)
+    database = _keyed(database, check, target, device)
     search = _Search(check, target, device, 1, database, deadline=deadline_for("ci", device, deadline))
     known = set() if known is None else known
     test = search.test(known, {}, {}, database=database)
@@ -500,15 +499,14 @@ class _Search:
     first failure (``run_check``'s ``tolerated``), which a known finding must not end."""
     shrink_until: float | None = None
     """When shrinking must stop (``time.monotonic``), keeping the smallest failure met (``shrink_found``)."""
-    smallest: dict[str, Failure] = field(default_factory=dict)
-    """The smallest failing case met so far of each signature, while shrinking is bounded in time."""
+    smallest: dict[str, tuple[int, Failure]] = field(default_factory=dict)
+    """The smallest failing case met so far (its size, the failure) of each signature kept so: every
+    one while shrinking is bounded in time, else the cases that did not finish."""
     spent: int = 0
     cases: int = 0
     findings: dict[str, Finding] = field(default_factory=dict)
     hung: int = 0
     """Runs that hit the deadline, in every round."""
-    smallest_hung: Failure | None = None
-    """Of those, the one with the smallest case (what is kept when the search stops for them)."""
 
     @property
     def most_hung(self) -> int:
@@ -647,15 +645,20 @@ class _Search:
         return True
 
     def _keep_smaller(self, failure: Failure) -> None:
+        """Keep ``failure`` if its case is the smallest of its signature met so far."""
+        from mmharness import payload
+
+        case, params = failure.example
+        size = len(payload.dumps(case, params=params))
         kept = self.smallest.get(failure.signature)
-        if kept is None or _size(failure) < _size(kept):
-            self.smallest[failure.signature] = failure
+        if kept is None or size < kept[0]:
+            self.smallest[failure.signature] = (size, failure)
 
     def partly_shrunk(self, signature: str, note: str) -> list[Finding]:
         """The smallest failing case of ``signature`` shrinking met before it was stopped (none met: [])."""
-        failure = self.smallest.get(signature)
-        if failure is None:
+        if signature not in self.smallest:
             return []
+        _, failure = self.smallest[signature]
         return [Finding(failure.kind, signature, failure, failure.example, None, shrunk=False, unshrunk=note)]
 
     def _hung(self, failure: Failure) -> None:
@@ -663,8 +666,8 @@ class _Search:
         if failure.signature != DID_NOT_FINISH:
             return
         self.hung += 1
-        if self.smallest_hung is None or _size(failure) < _size(self.smallest_hung):
-            self.smallest_hung = failure
+        if self.shrink_until is None:  # else every failure is kept so already
+            self._keep_smaller(failure)
         if self.hung >= self.most_hung:
             raise _Hung
 
@@ -681,8 +684,9 @@ class _Search:
         for signature, (failure, example) in first_example.items():
             at = self.spent + min(first_seen[signature], self.budget - self.spent)
             note = f"case as first seen (the search stopped {stopped})" if hung else ""
-            if hung and signature == DID_NOT_FINISH and self.smallest_hung is not None:
-                failure, example = self.smallest_hung, self.smallest_hung.example
+            if hung and signature == DID_NOT_FINISH and DID_NOT_FINISH in self.smallest:
+                _, failure = self.smallest[DID_NOT_FINISH]
+                example = failure.example
                 note = f"case partly shrunk (shrinking stopped {stopped})"
             finding = Finding(failure.kind, signature, failure, example, at, shrunk=False, unshrunk=note)
             self.findings.setdefault(signature, finding)
@@ -720,14 +724,6 @@ class _Search:
         finding = Finding(failure.kind, failure.signature, failure, None, at)
         self.findings.setdefault(failure.signature, finding)
         self.spent = self.budget
-
-
-def _size(failure: Failure) -> int:
-    """How big a failing case is, as saved: which of two is the smaller."""
-    from mmharness import payload
-
-    case, params = failure.example
-    return len(payload.dumps(case, params=params))
 
 
 def not_run(check: Check, target: Target, device: str) -> Result | None:

@@ -298,21 +298,22 @@ def _allowed_lost(given: list[str] | None, against: str | None, known: set[str])
 
 
 def _passes(plan, ledger, done, shown: list[str]) -> dict | None:
-    """The passes over the search's records: lost coverage, the baseline's tolerance and known cases
-    replayed (not after an interruption: the search did not finish), coverage figures."""
+    """The passes over the search's records: the baseline's tolerance and known cases replayed (not
+    after an interruption: the search did not finish), what went untested, coverage figures (lost
+    coverage was recorded before the run)."""
     from mmharness import passes, reach
 
     if plan.baseline is not None:
         ledger.extend(passes.tolerance(ledger.records, plan.baseline))
         if not done.interrupted:
             ledger.extend(passes.changed_known(ledger.records, plan))
-    ledger.extend(records_untested(plan, ledger, shown))
+    ledger.extend(_untested(plan, ledger, shown))
     if done.reached is None:
         return None
     return reach.analyse(plan.target, plan.coverage, done.reached)
 
 
-def records_untested(plan, ledger, shown: list[str]) -> list:
+def _untested(plan, ledger, shown: list[str]) -> list:
     """What of the target the run did not exercise (``mmharness.untested``), as records; ``shown``: the
     notes the header printed."""
     from mmharness import records, untested

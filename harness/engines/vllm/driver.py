@@ -392,17 +392,10 @@ class Driver:
         batch when its window is done or vLLM rejects it, and the rest only
         when the call is over.
         """
-        import torch
-
         self._calls += 1
         self._size(case, cache)
         scheduler = self._scheduler(cache, whole_items, lookahead)
-        largest = max((self.cost(item) for _, _, item in case.items()), default=0)
-        widest = max((len(item.extent) for _, _, item in case.items()), default=0)
-        budget = cache.manager.cache_size if encoder_budget is None else max(encoder_budget, largest)
-        tokens = None if token_budget is None else max(token_budget, 1)
-        if tokens is not None and whole_items:
-            tokens = max(tokens, widest + lookahead)
+        budget, tokens = self._budgets(case, cache, whole_items, lookahead, encoder_budget, token_budget)
         log: list[StepLog] = []
         steps: list[tuple[int, int, int]] = []
         drafts: list[tuple[int, int, int, Any, Any]] = []
@@ -469,11 +462,36 @@ class Driver:
                     log,
                 )
             )
-        device = case.device
-        empty_mask = torch.zeros(0, dtype=torch.bool, device=device)
+        return self._served(case, cache, budget, (rows, masks, steps, drafts, log))
+
+    def _budgets(
+        self,
+        case: Case,
+        cache: Any,
+        whole_items: bool,
+        lookahead: int,
+        encoder_budget: int | None,
+        token_budget: int | None,
+    ) -> tuple[int, int | None]:
+        """A call's encoder and token budgets, raised as vLLM's ``compute_mm_encoder_budget`` raises them:
+        to the largest item (with items whole and a drafter, a step must fit the widest one token early)."""
+        largest = max((self.cost(item) for _, _, item in case.items()), default=0)
+        widest = max((len(item.extent) for _, _, item in case.items()), default=0)
+        budget = cache.manager.cache_size if encoder_budget is None else max(encoder_budget, largest)
+        tokens = None if token_budget is None else max(token_budget, 1)
+        if tokens is not None and whole_items:
+            tokens = max(tokens, widest + lookahead)
+        return budget, tokens
+
+    def _served(self, case: Case, cache: Any, budget: int, gathered: tuple) -> Served:
+        """What a call's steps served: each request's rows and mask, the steps, drafts and logs."""
+        import torch
+
+        rows, masks, steps, drafts, log = gathered
+        empty_mask = torch.zeros(0, dtype=torch.bool, device=case.device)
         return Served(
             [torch.cat(r) if r else None for r in rows],
-            [torch.cat(m).to(device) if m else empty_mask for m in masks],
+            [torch.cat(m).to(case.device) if m else empty_mask for m in masks],
             steps,
             drafts,
             log,
