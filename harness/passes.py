@@ -9,7 +9,6 @@ works the same on a run in process, in workers, or read back from a ledger.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 from mmharness import records
@@ -101,10 +100,3 @@ def exit_code(ledger: Sequence[records.Record], *, strict: bool) -> int:
     if any(fails_run(kind, strict=strict) for kind in kinds):
         return DIVERGED
     return COULD_NOT_TEST_EXIT if records.COULD_NOT_TEST in kinds else PASSED_EXIT
-
-
-def ledger_path(plan_findings: Path, given: str | None) -> Path:
-    """Where a run's ledger goes: ``--ledger FILE``, else ``ledger.ndjson`` in the findings directory."""
-    from mmharness.ledger import NAME
-
-    return Path(given) if given else plan_findings / NAME

@@ -100,3 +100,10 @@ def open_database(spec: str | None, profile: str) -> Any:
     from mmharness.database import open_database as opened
 
     return opened(spec or default_spec(profile))
+
+
+def ledger_path(findings: Path, given: str | None) -> Path:
+    """Where a run's ledger goes: ``--ledger FILE``, else ``ledger.ndjson`` in the findings directory."""
+    from mmharness.ledger import NAME
+
+    return Path(given) if given else findings / NAME

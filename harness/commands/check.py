@@ -229,8 +229,8 @@ def _given() -> tuple[dict, str | None]:
 def _plan(args: argparse.Namespace):
     """The run the options ask for, every option checked (a bad one refused in one line) and the targets
     loaded before anything runs."""
-    from mmharness import baseline, passes
-    from mmharness.plan import Plan
+    from mmharness import baseline
+    from mmharness.plan import Plan, ledger_path
     from mmharness.runner import cuda_available
 
     apply_env(args)
@@ -275,7 +275,7 @@ def _plan(args: argparse.Namespace):
         baseline=known,
         identity=identity,
         allow_lost=allowed,
-        ledger=passes.ledger_path(Path(args.findings), args.ledger),
+        ledger=ledger_path(Path(args.findings), args.ledger),
     )
 
 
