@@ -82,7 +82,16 @@ def test_hazards_fail_only_under_strict(capsys, tmp_path):
     args = ["check", "--checks", "precomputed.partial_fallback", "--findings", str(tmp_path)]
     code, out, _ = run(capsys, *args)
     assert code == 0 and "HAZARD         precomputed.partial_fallback" in out
+    assert "1 hazard(s) of the rules themselves: the reference is the rules" in out
     assert run(capsys, *args, "--strict")[0] == 1
+
+
+def test_an_engines_hazard_reads_as_the_engines(capsys, tmp_path):
+    """Only the reference's hazards are the rules' own; an engine's are said to be met in it."""
+    args = ["check", "--target", "mutant:chunk_start_off_by_one", "--checks", "precomputed.partial_fallback"]
+    code, out, _ = run(capsys, *args, "--findings", str(tmp_path))
+    assert code == 0 and "1 hazard(s): the target follows the rules" in out
+    assert "of the rules themselves" not in out
 
 
 def test_reports_and_baseline(capsys, tmp_path):

@@ -136,10 +136,20 @@ def summary(ledger: Sequence[records.Record]) -> str:
 
 
 def explained(ledger: Sequence[records.Record], *, strict: bool) -> list[str]:
-    """What a newcomer needs to read the verdicts: what a hazard is, where one was found."""
+    """What a newcomer needs to read the verdicts: what a hazard is, where one was found. On the
+    reference a hazard is the rules' own (the reference is the rules), not a bug in it: said so."""
+    from mmharness.targets.reference import ReferenceTarget
+
     hazards = sum(row.status == records.HAZARD for row in rows(ledger))
     if not hazards or strict:
         return []
+    started = of(ledger, records.Started)
+    if started and started[0].target == ReferenceTarget.name:
+        return [
+            f"{hazards} hazard(s) of the rules themselves: the reference is the rules, so every engine"
+            " that follows them shares these; the check shows on the reference what it looks for in an"
+            " engine (docs/rules.md, Hazards); shown, they fail the run only under --strict"
+        ]
     return [
         f"{hazards} hazard(s): the target follows the rules, which let a user's data be lost or misused"
         " there (docs/rules.md, Hazards); shown, they fail the run only under --strict"
