@@ -276,6 +276,39 @@ def _collide(keys: set[tuple[int, Any]]) -> bool:
     return len({h for h, _ in keys}) < len(keys)
 
 
+# R3p and chunk progress ---------------------------------------------------------
+
+
+def inside_items(request: Request) -> set[int]:
+    """The positions a forward may neither start nor end at: each item's extent after its first position
+    (a forward starting there, or a chunk ending there, would cut the item)."""
+    return {p for item in request.items for p in item.extent if p != item.extent.start}
+
+
+def prefix_resume_steps(request: Request, hit: int, block_size: int) -> list[int]:
+    """R3p: every step a prefix-cache hit of ``hit`` tokens may resume the request's forward at, in order:
+    at or before the hit, on a block boundary, inside no item."""
+    inside = inside_items(request)
+    return [p for p in range(hit + 1) if p % block_size == 0 and p not in inside]
+
+
+def chunk_progress(request: Request, start: int, chunks: list[tuple[int, int]]) -> str | None:
+    """Chunk progress: how the planned ``(start, end)`` chunks of the prompt from ``start`` break the rule
+    (the first way found), or ``None``: each is non-empty, ends inside no item, and they tile the prompt."""
+    inside, cursor = inside_items(request), start
+    for k, (begin, end) in enumerate(chunks):
+        if begin != cursor:
+            return f"chunk {k} starts at {begin}, not where the previous one ended ({cursor})"
+        if end <= begin:
+            return f"chunk {k} is empty ({begin}, {end}): the prompt makes no progress"
+        if end in inside:
+            return f"chunk {k} ({begin}, {end}) ends inside an item"
+        cursor = end
+    if cursor != request.seq_len:
+        return f"the chunks end at {cursor}, not at the prompt's end ({request.seq_len})"
+    return None
+
+
 # R3e --------------------------------------------------------------------------
 
 

@@ -30,7 +30,11 @@ from mmharness.targets.base import PREFILL
 from mmharness.targets.engine import ENGINE_GROUP, Engine
 from toy_engine.adapter import ToyTarget
 
-SHIPPED = {"sglang": "mmharness.engines.sglang", "vllm": "mmharness.engines.vllm"}
+SHIPPED = {
+    "lmdeploy": "mmharness.engines.lmdeploy",
+    "sglang": "mmharness.engines.sglang",
+    "vllm": "mmharness.engines.vllm",
+}
 TESTS = Path(__file__).resolve().parent
 
 PATCHED = f"""
@@ -197,7 +201,10 @@ def test_the_toy_engine_passes_the_contract_kit(toy):
 
 
 @pytest.mark.network
-@pytest.mark.parametrize(("name", "spec"), [("sglang", "sglang==0.5.23"), ("vllm", "vllm==0.33.0")])
+@pytest.mark.parametrize(
+    ("name", "spec"),
+    [("lmdeploy", "lmdeploy==0.18.0"), ("sglang", "sglang==0.5.23"), ("vllm", "vllm==0.33.0")],
+)
 def test_the_shipped_engines_pass_the_contract_kit(name, spec, harness_cache, monkeypatch):
     monkeypatch.setenv("MMHARNESS_CACHE", str(harness_cache))
     engine = next(engine for engine in specs.engines() if engine.name == name)

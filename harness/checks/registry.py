@@ -65,6 +65,7 @@ _MODULES = (
     "tokens",
     "grids",
     "devices",
+    "resume",
 )
 
 

@@ -37,6 +37,8 @@ WHOLE_ITEMS = "whole_items"  # R3w whole_item_prefill: an engine option, not in 
 DRAFT_LOOKAHEAD = "draft_lookahead"  # R3d draft_prefill: an engine option, not in every engine
 SHORT_LISTS = "short_lists"  # R3 with per-request lists shorter than the batch (EAGLE's convention)
 SCHEDULER_OPTIONS = "scheduler_options"  # R3w, R3d and the step budgets under drawn scheduler options
+PREFIX_RESUME = "prefix_resume"  # R3p prefix_resume_step: where a prefix-cache hit resumes a request
+CHUNK_PLAN = "chunk_plan"  # chunk progress prefill_chunks: the chunks a long prompt is planned in
 
 ALL_CAPABILITIES = frozenset(
     {CHUNK, PRECOMPUTED, PREFILL, PER_REQUEST_PATH, EMBED_AND_MASK, COUNT, ADJUST, ONE_GRID, SPLIT}
@@ -69,6 +71,8 @@ METHODS: dict[str, tuple[str, ...]] = {
     DRAFT_LOOKAHEAD: ("draft_prefill", "new_cache"),
     SHORT_LISTS: ("chunked_prefill_embedding", "new_cache"),
     SCHEDULER_OPTIONS: ("scheduled_prefill", "new_cache"),
+    PREFIX_RESUME: ("prefix_resume_step",),
+    CHUNK_PLAN: ("prefill_chunks",),
 }
 """What a target declaring a capability must implement; a target implements only what it declares."""
 

@@ -1,0 +1,139 @@
+"""LMDeploy behind the seam: R3p and chunk progress, by the rule and on the release.
+
+The offline tests hold the reference of the two rules to hand-worked cases. The ``network`` ones
+fetch LMDeploy 0.18.0 once (a 107 MB wheel; four files kept in the cache), pass its two checks and
+the contract kit, and seed a single-line bug into a copy of each rule's file to show each check can
+fail on the release's own code (through ``mmharness check --target COPY``).
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+from mmharness import reference, testing
+from mmharness.checks import all_checks
+from mmharness.cli import main
+from mmharness.exits import DIVERGED, PASSED_EXIT
+from mmharness.model import Item, Request
+from mmharness.runner import PASSED, SKIPPED, run_check
+from mmharness.targets import specs
+from mmharness.targets.base import CHUNK_PLAN, PREFIX_RESUME
+
+RELEASE = "0.18.0"
+CHECKS = ("prefix.resume_on_boundary", "chunks.progress")
+
+
+def _request(*spans: tuple[int, int], seq_len: int = 12) -> Request:
+    items = tuple(Item(spans=(span,), hash=k) for k, span in enumerate(spans))
+    return Request(seq_len=seq_len, prefix_len=0, extend_len=seq_len, items=items)
+
+
+# The rules, by hand ---------------------------------------------------------------------
+
+
+def test_a_hit_resumes_on_a_block_boundary_outside_every_item():
+    request = _request((2, 5), (6, 9))  # items at [2, 6) and [6, 10)
+    assert reference.inside_items(request) == {3, 4, 5, 7, 8, 9}
+    assert reference.prefix_resume_steps(request, 8, 2) == [0, 2, 6]
+    assert reference.prefix_resume_steps(request, 11, 4) == [0]  # 4 and 8 lie inside items
+    assert reference.prefix_resume_steps(request, 0, 4) == [0]
+
+
+def test_chunk_progress_names_an_empty_chunk_a_cut_item_a_gap_and_a_short_tiling():
+    request = _request((2, 5))
+    assert reference.chunk_progress(request, 0, [(0, 2), (2, 6), (6, 12)]) is None
+    assert "empty" in reference.chunk_progress(request, 0, [(0, 2), (2, 2)])
+    assert "inside an item" in reference.chunk_progress(request, 0, [(0, 4), (4, 12)])
+    assert "not where the previous one ended" in reference.chunk_progress(request, 0, [(0, 2), (3, 12)])
+    assert "not at the prompt's end" in reference.chunk_progress(request, 0, [(0, 2), (2, 6)])
+    assert reference.chunk_progress(request, 12, []) is None
+
+
+def test_the_checks_are_registered_for_the_capabilities_an_engine_declares():
+    checks = all_checks()
+    assert checks["prefix.resume_on_boundary"].needs == {PREFIX_RESUME}
+    assert checks["chunks.progress"].needs == {CHUNK_PLAN}
+
+
+# The release (network) --------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def release_dir(harness_cache):
+    from mmharness.engines.lmdeploy import adapter
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("MMHARNESS_CACHE", str(harness_cache))
+        yield Path(adapter.fetch(RELEASE))
+
+
+def _check(capsys, target: str, check_id: str, findings: Path) -> tuple[int, str]:
+    argv = ["check", "--target", target, "--checks", check_id, "--profile", "ci", "--findings", str(findings)]
+    return main(argv), capsys.readouterr().out
+
+
+@pytest.mark.network
+def test_the_release_loads_its_four_files_and_declares_both_rules(release_dir):
+    from mmharness.engines.lmdeploy import adapter
+
+    target = adapter.from_path(str(release_dir), name=f"lmdeploy=={RELEASE}")
+    described = target.describe()
+    assert described["release"] == RELEASE and len(described["files"]) == 4
+    assert target.capabilities == {PREFIX_RESUME, CHUNK_PLAN}
+    assert described["load_errors"] == {} and described["stubs_reached"] == []
+    assert "SchedulerSequence.clamp_prefix_cache_match_step" in described["functions"]
+    assert "plan_long_context_chunk(seq" in described["functions"]["plan_long_context_chunk"]
+
+
+@pytest.mark.network
+@pytest.mark.parametrize("check_id", CHECKS)
+def test_the_release_passes_each_check(release_dir, check_id, capsys, tmp_path):
+    code, out = _check(capsys, str(release_dir), check_id, tmp_path)
+    assert code == PASSED_EXIT, out
+
+
+SEEDED = {
+    "prefix.resume_on_boundary": (
+        "lmdeploy/pytorch/messages.py",
+        "if start < next_step < end:",
+        "if start < next_step < end - 1:",  # a hit on an item's last position is kept: inside the item
+    ),
+    "chunks.progress": (
+        "lmdeploy/pytorch/long_context.py",
+        "if data.end > end:",
+        "if data.end > end + 1:",  # an item ending one past the chunk is cut, not deferred
+    ),
+}
+
+
+@pytest.mark.network
+@pytest.mark.parametrize("check_id", CHECKS)
+def test_a_seeded_single_line_bug_fails_its_check(release_dir, seeded_copy, check_id, capsys, tmp_path):
+    copy = seeded_copy(release_dir, [SEEDED[check_id]])
+    code, out = _check(capsys, str(copy), check_id, tmp_path / "findings")
+    assert code == DIVERGED, out
+    other = next(c for c in CHECKS if c != check_id)
+    assert _check(capsys, str(copy), other, tmp_path / "findings")[0] == PASSED_EXIT  # its rule's alone
+
+
+@pytest.mark.network
+def test_a_release_without_the_planner_skips_chunk_progress_saying_why(release_dir, tmp_path):
+    from mmharness.engines.lmdeploy import adapter
+
+    copy = tmp_path / "older"
+    shutil.copytree(release_dir, copy)
+    (copy / "lmdeploy/pytorch/long_context.py").unlink()
+    target = adapter.from_path(str(copy))
+    assert target.capabilities == {PREFIX_RESUME}
+    assert "long_context.py planner" in target.missing[CHUNK_PLAN]
+    result = run_check(all_checks()["chunks.progress"], target, profile="ci")
+    assert result.status == SKIPPED and "long_context.py planner" in result.reason
+
+
+@pytest.mark.network
+def test_the_engine_keeps_the_contract_on_a_path_spec(release_dir):
+    """(``lmdeploy==X`` is held to the kit with the other shipped engines, tests/test_engine_contract.py.)"""
+    engine = next(engine for engine in specs.engines() if engine.name == "lmdeploy")
+    assert testing.check_engine(engine, str(release_dir), max_examples=10).status == PASSED
