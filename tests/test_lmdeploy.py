@@ -14,12 +14,13 @@ from pathlib import Path
 import pytest
 from mmharness import reference, testing
 from mmharness.checks import all_checks
+from mmharness.checks.outcome import DIVERGENCE
 from mmharness.cli import main
 from mmharness.exits import DIVERGED, PASSED_EXIT
 from mmharness.model import Item, Request
 from mmharness.runner import PASSED, SKIPPED, run_check
 from mmharness.targets import specs
-from mmharness.targets.base import CHUNK_PLAN, PREFIX_RESUME
+from mmharness.targets.base import CHUNK_PLAN, PREFIX_RESUME, Target
 
 RELEASE = "0.18.0"
 CHECKS = ("prefix.resume_on_boundary", "chunks.progress")
@@ -55,6 +56,29 @@ def test_the_checks_are_registered_for_the_capabilities_an_engine_declares():
     checks = all_checks()
     assert checks["prefix.resume_on_boundary"].needs == {PREFIX_RESUME}
     assert checks["chunks.progress"].needs == {CHUNK_PLAN}
+
+
+class Careless(Target):
+    """Resumes at the hit itself and cuts chunks of the budget, items or not: both rules broken."""
+
+    name = "careless"
+    capabilities = frozenset({PREFIX_RESUME, CHUNK_PLAN})
+
+    def describe(self) -> dict:
+        return {"target": self.name}
+
+    def prefix_resume_step(self, case, request, *, hit, block_size):
+        return hit
+
+    def prefill_chunks(self, case, request, *, start, budget):
+        seq_len = case.requests[request].seq_len
+        return [(p, min(p + budget, seq_len)) for p in range(start, seq_len, budget)]
+
+
+@pytest.mark.parametrize("check_id", CHECKS)
+def test_each_check_fails_on_a_target_that_breaks_its_rule(check_id):
+    result = run_check(all_checks()[check_id], Careless(), profile="ci")
+    assert result.status == DIVERGENCE, result.status
 
 
 # The release (network) --------------------------------------------------------------------
