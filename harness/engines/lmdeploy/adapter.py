@@ -21,8 +21,8 @@ from mmharness.targets.base import CHUNK_PLAN, PREFIX_RESUME, TargetError
 from mmharness.targets.loaded import Factory, LoadedTarget
 
 NOT_REACHED = {
-    base.CHUNK: "LMDeploy has no chunk function over embedding rows: a chunk's input maker takes the items"
-    " wholly inside it (HistoryMultiModals.get_datas), which the chunk-progress check covers",
+    base.CHUNK: "LMDeploy has no chunk function over embedding rows: its input maker hands a chunk the items"
+    " wholly inside it (HistoryMultiModals.get_datas, not driven yet)",
     base.PRECOMPUTED: "LMDeploy's precomputed embeddings (InputEmbeddings) are not driven by the harness yet",
     base.PREFILL: "LMDeploy's gather (model_inputs.py, VisionModelInputs) is not driven by the harness yet",
     base.PER_REQUEST_PATH: "LMDeploy has one embedding path, not driven by the harness yet",
@@ -31,6 +31,9 @@ NOT_REACHED = {
     base.ADJUST: "LMDeploy has no embedding length adjustment the harness drives yet",
     base.ONE_GRID: "LMDeploy's models take every grid row an item carries: it has no one-grid rule",
     base.SPLIT: "LMDeploy's processors' item split (R5) is not driven by the harness yet",
+    base.WHOLE_ITEMS: "LMDeploy has no whole-item option: its chunker never cuts an item (R3c)",
+    base.DRAFT_LOOKAHEAD: "LMDeploy's MTP drafter (spec_decode/spec_agent.py) is not driven yet",
+    base.SHORT_LISTS: "R3 with per-request lists shorter than the batch: LMDeploy's R3 is not driven yet",
 }
 NOT_DRIVEN = {
     "SchedulerSequence.get_prefix_cache_extra_identity": "block keys by content (R3p's equal-content half)"
