@@ -17,7 +17,7 @@ from mmharness.checks import all_checks
 from mmharness.checks.outcome import DIVERGENCE
 from mmharness.cli import main
 from mmharness.exits import DIVERGED, PASSED_EXIT
-from mmharness.model import Item, Request
+from mmharness.model import Case, Item, Request
 from mmharness.runner import PASSED, SKIPPED, run_check
 from mmharness.targets import specs
 from mmharness.targets.base import CHUNK_PLAN, PREFIX_RESUME, Target
@@ -140,6 +140,18 @@ def test_a_seeded_single_line_bug_fails_its_check(release_dir, seeded_copy, chec
     assert code == DIVERGED, out
     other = next(c for c in CHECKS if c != check_id)
     assert _check(capsys, str(copy), other, tmp_path / "findings")[0] == PASSED_EXIT  # its rule's alone
+
+
+@pytest.mark.network
+def test_an_item_of_several_spans_is_left_out_as_never_received(release_dir):
+    from mmharness.checks.resume import resume_on_boundary
+    from mmharness.engines.lmdeploy import adapter
+
+    target = adapter.from_path(str(release_dir))
+    item = Item(spans=((1, 2), (4, 5)), hash=1)
+    case = Case(requests=(Request(seq_len=8, prefix_len=0, extend_len=8, items=(item,)),))
+    resume_on_boundary(target, case, {"hit": 5, "block_size": 1})  # would resume inside the item: not asked
+    assert any("several spans" in note for note in target.notes())
 
 
 @pytest.mark.network

@@ -21,13 +21,13 @@ BLOCK_SIZES = (1, 2, 3, 4, 8, 16)
 """KV block sizes drawn: 1 makes every position a boundary, 3 one no power of two is."""
 
 
-def _one_request(device: str, coverage: str = "any"):
+def _one_request(device: str, *, coverage: str = "any", min_items: int = 1):
     from mmharness import strategies as mst
 
     return mst.cases(
         min_requests=1,
         max_requests=1,
-        min_items_total=1,
+        min_items_total=min_items,
         max_spans_per_item=1,
         coverage=coverage,
         device=device,
@@ -35,7 +35,8 @@ def _one_request(device: str, coverage: str = "any"):
 
 
 def _hits(device: str):
-    """A case, a hit (``0..seq_len`` tokens found cached) and a block size."""
+    """A case (text alone too: a hit there still lands on a block boundary), a hit (``0..seq_len`` tokens
+    found cached) and a block size."""
     from hypothesis import strategies as st
 
     def add_hit(case: Case):
@@ -44,7 +45,7 @@ def _hits(device: str):
             lambda drawn: (case, {"hit": drawn[0], "block_size": drawn[1]})
         )
 
-    return _one_request(device).flatmap(add_hit)
+    return _one_request(device, min_items=0).flatmap(add_hit)
 
 
 @check(
@@ -77,7 +78,7 @@ def _budgets(device: str):
     (tokens one chunk may hold before an item raises it)."""
     from hypothesis import strategies as st
 
-    return _one_request(device, "none").flatmap(
+    return _one_request(device, coverage="none").flatmap(
         lambda case: st.integers(1, max(1, case.requests[0].seq_len)).map(lambda b: (case, {"budget": b}))
     )
 
