@@ -12,6 +12,7 @@ from mmharness.reach import Excluded
 from mmharness.targets.base import (
     ADJUST,
     ALL_CAPABILITIES,
+    BLOCK_KEYS,
     CHUNK,
     CHUNK_PLAN,
     COUNT,
@@ -52,6 +53,7 @@ from mmharness.tensors import (
 __all__ = [
     "ADJUST",
     "ALL_CAPABILITIES",
+    "BLOCK_KEYS",
     "CHUNK",
     "CHUNK_PLAN",
     "COUNT",

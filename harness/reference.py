@@ -292,6 +292,13 @@ def prefix_resume_steps(request: Request, hit: int, block_size: int) -> list[int
     return [p for p in range(hit + 1) if p % block_size == 0 and p not in inside]
 
 
+def block_rows(request: Request, block: int, block_size: int) -> tuple[Row | None, ...]:
+    """R3p: what KV block ``block`` holds, position by position: an item's row, or ``None`` for text. Two
+    blocks may share a prefix cache's entry only where these are equal."""
+    rows: dict[int, Row] = {p: row for p, row in request_slots(request)}
+    return tuple(rows.get(p) for p in range(block * block_size, (block + 1) * block_size))
+
+
 def chunk_progress(request: Request, start: int, chunks: list[tuple[int, int]]) -> str | None:
     """Chunk progress: how the planned ``(start, end)`` chunks of the prompt from ``start`` break the rule
     (the first way found), or ``None``: each is non-empty, ends inside no item, and they tile the prompt."""

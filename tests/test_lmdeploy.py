@@ -20,10 +20,10 @@ from mmharness.exits import DIVERGED, PASSED_EXIT
 from mmharness.model import Case, Item, Request
 from mmharness.runner import PASSED, SKIPPED, run_check
 from mmharness.targets import specs
-from mmharness.targets.base import CHUNK_PLAN, PREFIX_RESUME, Target
+from mmharness.targets.base import BLOCK_KEYS, CHUNK_PLAN, PREFIX_RESUME, Target
 
 RELEASE = "0.18.0"
-CHECKS = ("prefix.resume_on_boundary", "chunks.progress")
+CHECKS = ("prefix.resume_on_boundary", "prefix.blocks_keyed_by_content", "chunks.progress")
 
 
 def _request(*spans: tuple[int, int], seq_len: int = 12) -> Request:
@@ -52,23 +52,36 @@ def test_chunk_progress_names_an_empty_chunk_a_cut_item_a_gap_and_a_short_tiling
     assert reference.chunk_progress(request, 12, []) is None
 
 
+def test_a_block_holds_each_position_s_row_or_text():
+    request = _request((2, 5), seq_len=8)
+    assert reference.block_rows(request, 0, 4) == (None, None, *(request.items[0].row(k) for k in (0, 1)))
+    assert reference.block_rows(request, 1, 4)[2:] == (None, None)
+
+
 def test_the_checks_are_registered_for_the_capabilities_an_engine_declares():
     checks = all_checks()
     assert checks["prefix.resume_on_boundary"].needs == {PREFIX_RESUME}
+    assert checks["prefix.blocks_keyed_by_content"].needs == {BLOCK_KEYS}
     assert checks["chunks.progress"].needs == {CHUNK_PLAN}
 
 
 class Careless(Target):
-    """Resumes at the hit itself and cuts chunks of the budget, items or not: both rules broken."""
+    """Resumes at the hit itself, keys blocks by their placeholder positions and cuts chunks of the
+    budget, items or not: every rule broken."""
 
     name = "careless"
-    capabilities = frozenset({PREFIX_RESUME, CHUNK_PLAN})
+    capabilities = frozenset({PREFIX_RESUME, BLOCK_KEYS, CHUNK_PLAN})
 
     def describe(self) -> dict:
         return {"target": self.name}
 
     def prefix_resume_step(self, case, request, *, hit, block_size):
         return hit
+
+    def prefix_block_key(self, case, request, *, block, block_size):
+        """By placeholder positions alone, as before content hashes (#2789's class)."""
+        positions = {p for item in case.requests[request].items for p in item.positions()}
+        return tuple(p in positions for p in range(block * block_size, (block + 1) * block_size))
 
     def prefill_chunks(self, case, request, *, start, budget):
         seq_len = case.requests[request].seq_len
@@ -105,7 +118,7 @@ def test_the_release_loads_its_four_files_and_declares_both_rules(release_dir):
     target = adapter.from_path(str(release_dir), name=f"lmdeploy=={RELEASE}")
     described = target.describe()
     assert described["release"] == RELEASE and len(described["files"]) == 4
-    assert target.capabilities == {PREFIX_RESUME, CHUNK_PLAN}
+    assert target.capabilities == {PREFIX_RESUME, BLOCK_KEYS, CHUNK_PLAN}
     assert described["load_errors"] == {} and described["stubs_reached"] == []
     assert "SchedulerSequence.clamp_prefix_cache_match_step" in described["functions"]
     assert "plan_long_context_chunk(seq" in described["functions"]["plan_long_context_chunk"]
@@ -124,6 +137,11 @@ SEEDED = {
         "if start < next_step < end:",
         "if start < next_step < end - 1:",  # a hit on an item's last position is kept: inside the item
     ),
+    "prefix.blocks_keyed_by_content": (
+        "lmdeploy/pytorch/messages.py",
+        "if len(prefix_cache.multimodal_spans) == 0:",
+        "if True:",  # no block carries its items' identity: keys by tokens alone, as before PR #4618
+    ),
     "chunks.progress": (
         "lmdeploy/pytorch/long_context.py",
         "if data.end > end:",
@@ -138,8 +156,8 @@ def test_a_seeded_single_line_bug_fails_its_check(release_dir, seeded_copy, chec
     copy = seeded_copy(release_dir, [SEEDED[check_id]])
     code, out = _check(capsys, str(copy), check_id, tmp_path / "findings")
     assert code == DIVERGED, out
-    other = next(c for c in CHECKS if c != check_id)
-    assert _check(capsys, str(copy), other, tmp_path / "findings")[0] == PASSED_EXIT  # its rule's alone
+    others = ",".join(c for c in CHECKS if c != check_id)
+    assert _check(capsys, str(copy), others, tmp_path / "findings")[0] == PASSED_EXIT  # its rule's alone
 
 
 @pytest.mark.network
@@ -162,7 +180,7 @@ def test_a_release_without_the_planner_skips_chunk_progress_saying_why(release_d
     shutil.copytree(release_dir, copy)
     (copy / "lmdeploy/pytorch/long_context.py").unlink()
     target = adapter.from_path(str(copy))
-    assert target.capabilities == {PREFIX_RESUME}
+    assert target.capabilities == {PREFIX_RESUME, BLOCK_KEYS}
     assert "long_context.py planner" in target.missing[CHUNK_PLAN]
     result = run_check(all_checks()["chunks.progress"], target, profile="ci")
     assert result.status == SKIPPED and "long_context.py planner" in result.reason

@@ -15,18 +15,18 @@ from mmharness.checks.common import unreceived
 from mmharness.checks.outcome import Failure, observe, value_of
 from mmharness.checks.registry import DIFFERENTIAL, check
 from mmharness.model import Case
-from mmharness.targets.base import CHUNK_PLAN, PREFIX_RESUME, Target
+from mmharness.targets.base import BLOCK_KEYS, CHUNK_PLAN, PREFIX_RESUME, Target
 
 BLOCK_SIZES = (1, 2, 3, 4, 8, 16)
 """KV block sizes drawn: 1 makes every position a boundary, 3 one no power of two is."""
 
 
-def _one_request(device: str, *, coverage: str = "any", min_items: int = 1):
+def _one_request(device: str, *, coverage: str = "any", min_items: int = 1, requests: int = 1):
     from mmharness import strategies as mst
 
     return mst.cases(
-        min_requests=1,
-        max_requests=1,
+        min_requests=requests,
+        max_requests=requests,
         min_items_total=min_items,
         max_spans_per_item=1,
         coverage=coverage,
@@ -71,6 +71,44 @@ def resume_on_boundary(target: Target, case: Case, params: dict) -> None:
             actual=f"{step}",
             signature="prefix hit resumes off a boundary or inside an item",
         )
+
+
+def _batches(device: str):
+    """Three requests of encoded items (whose blocks at one index are compared) and a block size."""
+    from hypothesis import strategies as st
+
+    return _one_request(device, coverage="none", requests=3).flatmap(
+        lambda case: st.sampled_from(BLOCK_SIZES).map(lambda size: (case, {"block_size": size}))
+    )
+
+
+@check(
+    "prefix.blocks_keyed_by_content",
+    rule="R3p",
+    family=DIFFERENTIAL,
+    needs={BLOCK_KEYS},
+    examples=_batches,
+    params=("block_size",),
+)
+def blocks_keyed_by_content(target: Target, case: Case, params: dict) -> None:
+    """Two full KV blocks at one index share a prefix cache's key only where they hold the same rows."""
+    if unreceived(target, case) is not None:
+        return
+    block_size, seen = params["block_size"], {}
+    for r, request in enumerate(case.requests):
+        for block in range(request.seq_len // block_size):
+            call = partial(target.prefix_block_key, case, r, block=block, block_size=block_size)
+            key = value_of(observe(call), f"requests[{r}] block {block}'s key", "a key")
+            rows = reference.block_rows(request, block, block_size)
+            first, held = seen.setdefault((block, key), (r, rows))
+            if held != rows:
+                raise Failure(
+                    f"block {block} (of {block_size}) of requests[{first}] and requests[{r}] share a prefix"
+                    " cache key but hold other rows (R3p): one would be served the other's KV",
+                    expected=f"other keys, or the same rows: {held}",
+                    actual=f"{rows} under the same key {key!r}",
+                    signature="blocks of other content share a prefix cache key",
+                )
 
 
 def _budgets(device: str):

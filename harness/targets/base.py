@@ -39,6 +39,7 @@ SHORT_LISTS = "short_lists"  # R3 with per-request lists shorter than the batch 
 SCHEDULER_OPTIONS = "scheduler_options"  # R3w, R3d and the step budgets under drawn scheduler options
 PREFIX_RESUME = "prefix_resume"  # R3p prefix_resume_step: where a prefix-cache hit resumes a request
 CHUNK_PLAN = "chunk_plan"  # chunk progress prefill_chunks: the chunks a long prompt is planned in
+BLOCK_KEYS = "block_keys"  # R3p prefix_block_key: what a prefix cache files a KV block under
 
 ALL_CAPABILITIES = frozenset(
     {CHUNK, PRECOMPUTED, PREFILL, PER_REQUEST_PATH, EMBED_AND_MASK, COUNT, ADJUST, ONE_GRID, SPLIT}
@@ -73,6 +74,7 @@ METHODS: dict[str, tuple[str, ...]] = {
     SCHEDULER_OPTIONS: ("scheduled_prefill", "new_cache"),
     PREFIX_RESUME: ("prefix_resume_step",),
     CHUNK_PLAN: ("prefill_chunks",),
+    BLOCK_KEYS: ("prefix_block_key",),
 }
 """What a target declaring a capability must implement; a target implements only what it declares."""
 

@@ -11,13 +11,13 @@ missing with its reason.
 from __future__ import annotations
 
 import inspect
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 from typing import Any
 
 from mmharness.engines.lmdeploy import driver, layout
 from mmharness.model import Case
 from mmharness.targets import base, loader
-from mmharness.targets.base import CHUNK_PLAN, PREFIX_RESUME, TargetError
+from mmharness.targets.base import BLOCK_KEYS, CHUNK_PLAN, PREFIX_RESUME, TargetError
 from mmharness.targets.loaded import Factory, LoadedTarget
 
 NOT_REACHED = {
@@ -35,12 +35,12 @@ NOT_REACHED = {
     base.DRAFT_LOOKAHEAD: "LMDeploy's MTP drafter (spec_decode/spec_agent.py) is not driven yet",
     base.SHORT_LISTS: "R3 with per-request lists shorter than the batch: LMDeploy's R3 is not driven yet",
 }
-NOT_DRIVEN = {
-    "SchedulerSequence.get_prefix_cache_extra_identity": "block keys by content (R3p's equal-content half)"
-    " are not driven yet",
-}
+NOT_DRIVEN: dict[str, str] = {}
+TEXT = "text"
+"""A text position's token in a block key (every text position alike: only items can tell blocks apart)."""
 _OWNERS = {
     PREFIX_RESUME: (layout.MESSAGES, layout.PREFIX_STATE),
+    BLOCK_KEYS: (layout.MESSAGES, layout.PREFIX_STATE),
     CHUNK_PLAN: (layout.LONG_CONTEXT, layout.MESSAGES, layout.DATA_TYPE),
 }
 
@@ -83,6 +83,17 @@ class LMDeployTarget(LoadedTarget):
         seq = self.pieces.sequence(case.requests[request], block_size=block_size)
         with self.watched():
             return self.pieces.clamp(seq, hit)
+
+    def prefix_block_key(self, case: Case, request: int, *, block: int, block_size: int) -> Hashable:
+        """The block's key in LMDeploy's prefix trie: its tokens (every item position the modality's one
+        placeholder token, as LMDeploy's processors make them) and ``get_prefix_cache_extra_identity``."""
+        req = case.requests[request]
+        seq = self.pieces.sequence(req, block_size=block_size)
+        start, end = block * block_size, (block + 1) * block_size
+        tokens = {p: item.modality for item in req.items for p in item.extent}
+        with self.watched():
+            extra = seq.get_prefix_cache_extra_identity(start, end)
+        return tuple(tokens.get(p, TEXT) for p in range(start, end)), extra
 
     def prefill_chunks(self, case: Case, request: int, *, start: int, budget: int) -> list[tuple[int, int]]:
         """The chunks the planner cuts the prompt into from ``start``, ``budget`` tokens a chunk."""

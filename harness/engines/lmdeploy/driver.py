@@ -18,10 +18,11 @@ from typing import Any
 from mmharness.engines.lmdeploy import layout
 from mmharness.model import Request
 from mmharness.targets import loader
-from mmharness.targets.base import CHUNK_PLAN, PREFIX_RESUME
+from mmharness.targets.base import BLOCK_KEYS, CHUNK_PLAN, PREFIX_RESUME
 from mmharness.targets.standin import StandIn
 
 CLAMP = "clamp_prefix_cache_match_step"
+IDENTITY = "get_prefix_cache_extra_identity"
 PLAN = "plan_long_context_chunk"
 LIMIT = "get_long_context_chunk_limit"
 SORT = "sort_long_context_multimodals"
@@ -58,8 +59,9 @@ class Pieces:
     sort: Callable[..., Any] | None
 
     def functions(self) -> dict[str, Callable[..., Any]]:
-        clamp = getattr(self.classes.get("SchedulerSequence"), CLAMP, None)
-        found = {f"SchedulerSequence.{CLAMP}": clamp, PLAN: self.plan, LIMIT: self.limit, SORT: self.sort}
+        sequence = self.classes.get("SchedulerSequence")
+        found = {f"SchedulerSequence.{name}": getattr(sequence, name, None) for name in (CLAMP, IDENTITY)}
+        found.update({PLAN: self.plan, LIMIT: self.limit, SORT: self.sort})
         return {name: fn for name, fn in found.items() if callable(fn)}
 
     def sequence(self, request: Request, *, block_size: int = 1, start: int = 0) -> Sequence:
@@ -117,8 +119,9 @@ def detect(engine: loader.Engine) -> tuple[Pieces, dict[str, str]]:
     pieces = Pieces(classes, *(getattr(long_context, name, None) for name in (PLAN, LIMIT, SORT)))
     lacking = {}
     absent = [name for name in (*CLAMP_NEEDS, *PLAN_NEEDS) if name not in classes]
-    if set(absent) & set(CLAMP_NEEDS) or not hasattr(classes["SchedulerSequence"], CLAMP):
-        lacking[PREFIX_RESUME] = f"this release has no SchedulerSequence.{CLAMP}"
+    for capability, method in ((PREFIX_RESUME, CLAMP), (BLOCK_KEYS, IDENTITY)):
+        if set(absent) & set(CLAMP_NEEDS) or not hasattr(classes["SchedulerSequence"], method):
+            lacking[capability] = f"this release has no SchedulerSequence.{method}"
     if absent or not all(map(callable, (pieces.plan, pieces.limit, pieces.sort))):
         planner = layout.RULES.files[layout.LONG_CONTEXT]
         lacking[CHUNK_PLAN] = f"this release has no {planner} planner ({PLAN}, {LIMIT}, {SORT})"
