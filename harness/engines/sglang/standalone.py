@@ -1,0 +1,362 @@
+"""SGLang's standalone writer: a finding of R1 or R3e as a pytest file that loads the release's own rule
+files by path (``mmharness.standalone`` says why).
+
+It knows the layout of 0.5.18 on (the rules in ``srt/managers/mm_schedule.py``): the file stands in for
+the few modules those files import at load time, visibly, and calls ``get_embedding_chunk`` or
+``get_embedding_and_mask`` with the arguments ``inputs.Builder`` makes for the harness's own driver.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from mmharness import reference, tensors
+from mmharness.engines.sglang import inputs, shims
+from mmharness.model import Case, Item, interleaves
+from mmharness.standalone import SEEDED, Finding, Unsupported, block_source, literal, rows_source
+
+RULES_FILE = "sglang/srt/managers/mm_schedule.py"
+
+STATEMENTS = {
+    "chunk.matches_reference": (
+        "R1 chunk",
+        "the chunk is the rows whose positions lie inside the window, in position order; `start` counts"
+        " the placeholder positions before the window and `end` those before the window's end.",
+    ),
+    "embed_mask.matches_reference": (
+        "R3e end to end",
+        "the mask marks exactly the placeholder positions of the window's input_ids, and the rows, in"
+        " mask order, are those of the items at those positions (for an EVS-pruned video: its"
+        " placeholders as EVS moved them, to the rows each frame kept).",
+    ),
+}
+"""Each covered check's rule, as docs/rules.md states it (its heading, then the rule in a sentence)."""
+
+
+class SGLangWriter:
+    """Writes R1 and R3e findings of the ``mm_schedule.py`` layout."""
+
+    checks = frozenset(STATEMENTS)
+
+    def write(self, finding: Finding) -> str:
+        case = finding.case
+        _refuse_unwritable(finding)
+        body = _chunk_tests(case) if finding.check_id == "chunk.matches_reference" else _mask_test(case)
+        heading, statement = STATEMENTS[finding.check_id]
+        return "\n".join(
+            [
+                _header(finding, heading, statement),
+                HARNESS.format(root=str(finding.root), hidden=case.hidden, dtype=case.dtype, seeded=SEEDED),
+                body,
+            ]
+        )
+
+
+WRITER = SGLangWriter()
+
+
+def _refuse_unwritable(finding: Finding) -> None:
+    """One line for what this writer does not write yet (the command exits 2 on it)."""
+    case, check = finding.case, finding.check_id
+    if not (finding.root / RULES_FILE).is_file():
+        raise Unsupported(f"{check}: the writer knows SGLang's {RULES_FILE} layout (0.5.18 on) only")
+    if any(case.device_of(item) != "cpu" for _, _, item in case.items()) or case.device != "cpu":
+        raise Unsupported(f"{check}: a case on another device than the CPU is not written yet")
+    if any(interleaves(r) for r in case.requests):
+        raise Unsupported(f"{check}: a request whose items interleave is not written yet")
+    if len({item.modality for _, _, item in case.items()}) > 1:
+        raise Unsupported(f"{check}: a case with items of several modalities is not written yet")
+    try:
+        reference.embedding_and_mask(case)
+    except Exception as error:  # the reference's refusal: the file would assert a raise
+        raise Unsupported(f"{check}: the reference refuses this case ({error}); not written yet") from None
+
+
+def _header(finding: Finding, heading: str, statement: str) -> str:
+    return f'''"""{finding.check_id} on {finding.target}: a standalone reproducer written by mmharness.
+
+Rule {heading} (docs/rules.md): {statement}
+
+It imports torch, pytest and SGLang's own rule files, loaded by path from ENGINE_ROOT (a directory
+holding the `sglang/` package: a wheel's tree, site-packages, a checkout's `python/`):
+
+    ENGINE_ROOT=/path/to/tree python -m pytest THIS_FILE
+
+It fails where the finding was made ({finding.target}) and passes where the rule holds. Written by
+`mmharness replay {finding.source} --standalone`.
+"""'''
+
+
+HARNESS = '''
+import enum
+import importlib.util
+import logging
+import os
+import sys
+import types
+from pathlib import Path
+
+import pytest
+import torch
+
+ENGINE_ROOT = Path(os.environ.get("ENGINE_ROOT", {root!r}))
+HIDDEN = {hidden}
+DTYPE = torch.{dtype}
+{seeded}
+
+# Stand-ins. The rule files import these modules at load time; the real ones pull in the whole
+# server (the scheduler, CUDA transports, transformers). Each gives only what the rules read.
+
+
+class Modality(enum.Enum):
+    """schedule_batch.Modality: the members the rules branch on."""
+
+    IMAGE = enum.auto()
+    MULTI_IMAGES = enum.auto()
+    VIDEO = enum.auto()
+    AUDIO = enum.auto()
+
+
+class MultimodalDataItem:
+    """schedule_batch.MultimodalDataItem: the fields the rules read; model-specific data as attributes."""
+
+    def __init__(self, *, modality, hash, pad_value, offsets, feature=None, precomputed_embeddings=None,
+                 model_specific_data=None):
+        self.modality, self.hash, self.pad_value, self.offsets = modality, hash, pad_value, offsets
+        self.feature, self.precomputed_embeddings = feature, precomputed_embeddings
+        self.model_specific_data = dict(model_specific_data or {{}})
+
+    def __getattr__(self, name):
+        data = self.__dict__.get("model_specific_data", {{}})
+        if name in data:
+            return data[name]
+        raise AttributeError(name)
+
+    def is_image(self):
+        return self.modality in (Modality.IMAGE, Modality.MULTI_IMAGES)
+
+    def is_video(self):
+        return self.modality is Modality.VIDEO
+
+    def is_audio(self):
+        return self.modality is Modality.AUDIO
+
+    def is_precomputed_embedding(self):
+        return self.precomputed_embeddings is not None
+
+    def can_defer_cuda_ipc_feature_reconstruction(self):
+        return False  # no CUDA IPC transport here
+
+    def acknowledge_deferred_cuda_ipc_feature(self, *args):
+        pass
+
+
+def get_mm_items_offset(input_ids, mm_token_id):
+    """BaseMultimodalProcessor.get_mm_items_offset: the inclusive (start, end) runs of mm_token_id."""
+    runs = []
+    for position, token in enumerate(input_ids.tolist()):
+        if token == mm_token_id and runs and runs[-1][1] == position - 1:
+            runs[-1] = (runs[-1][0], position)
+        elif token == mm_token_id:
+            runs.append((position, position))
+    return runs
+
+
+def maybe_assert_sum(tensor, expected, msg=""):
+    """utils.async_probe.maybe_assert_sum, always on (the engine's probe is opt-in)."""
+    assert int(tensor.sum()) == expected, f"{{msg}}: {{int(tensor.sum())}} != {{expected}}"
+
+
+def _stand_in(name, **names):
+    module = types.ModuleType(name)
+    module.__path__ = []  # a package: the engine's own files are loaded under it by path
+    module.__dict__.update(names)
+    sys.modules[name] = module
+    return module
+
+
+def _load(name, relative):
+    """One of the engine's files, run as the module `name`."""
+    spec = importlib.util.spec_from_file_location(name, ENGINE_ROOT / "sglang" / relative)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope="module")
+def mm_schedule():
+    """SGLang's rules module, its imports answered by the stand-ins above or the engine's own files."""
+    if not (ENGINE_ROOT / "sglang/srt/managers/mm_schedule.py").is_file():
+        pytest.fail(f"ENGINE_ROOT={{ENGINE_ROOT}} holds no sglang/srt/managers/mm_schedule.py")
+    for package in ("sglang", "sglang.srt", "sglang.srt.managers", "sglang.srt.mem_cache",
+                    "sglang.srt.multimodal", "sglang.srt.multimodal.processors"):
+        _stand_in(package)
+    _stand_in("sglang.utils", logger=logging.getLogger("sglang"))
+    never = lambda: False  # noqa: E731  (not ROCm, NPU or XPU: the batched CUDA/CPU path)
+    _stand_in("sglang.srt.utils", is_hip=never, is_npu=never, is_xpu=never)
+    _stand_in("sglang.srt.utils.async_probe", maybe_assert_sum=maybe_assert_sum)
+    one_rank = types.SimpleNamespace(tp_size=1, tp_rank=0, attn_tp_rank=0, attn_tp_size=1)
+    _stand_in("sglang.srt.runtime_context", get_parallel=lambda: one_rank,
+              get_schedule=lambda: types.SimpleNamespace(chunked_prefill_size=-1))
+    _stand_in("sglang.srt.multimodal.transport.cuda_ipc", BORROW_CUDA_IPC_FEATURE_KEY="borrow_cuda_ipc")
+    _stand_in("sglang.srt.mem_cache.allocator", BaseTokenToKVPoolAllocator=type("Allocator", (), {{}}))
+    _stand_in("sglang.srt.managers.schedule_batch", Modality=Modality, MultimodalDataItem=MultimodalDataItem)
+    offsets = {{"get_mm_items_offset": staticmethod(get_mm_items_offset)}}
+    processor = type("BaseMultimodalProcessor", (), offsets)
+    _stand_in("sglang.srt.multimodal.processors.base_processor", BaseMultimodalProcessor=processor)
+    if importlib.util.find_spec("transformers") is None:
+        _stand_in("transformers", PretrainedConfig=type("PretrainedConfig", (), {{}}))
+    _load("sglang.srt.mem_cache.multimodal_cache", "srt/mem_cache/multimodal_cache.py")
+    # EVS's package: its __init__ also imports the EVS processor; the rules need only its result type.
+    evs = _stand_in("sglang.srt.multimodal.evs")
+    if (ENGINE_ROOT / "sglang/srt/multimodal/evs/evs_module.py").is_file():
+        _load("sglang.srt.multimodal.evs.evs_core", "srt/multimodal/evs/evs_core.py")
+        evs_module = _load("sglang.srt.multimodal.evs.evs_module", "srt/multimodal/evs/evs_module.py")
+        evs.EVSEmbeddingResult = evs_module.EVSEmbeddingResult
+    module = _load("sglang.srt.managers.mm_schedule", "srt/managers/mm_schedule.py")
+    module.init_mm_embedding_cache(1 << 40)  # a cache that holds everything, as a server's default does
+    return module
+'''
+"""The file's loading part: the stand-ins and the engine's files in the order they import each other."""
+
+
+def _chunk_tests(case: Case) -> str:
+    """R1: one test per request with items, ``get_embedding_chunk`` as the harness's driver calls it."""
+    from mmharness.targets.reference import ReferenceTarget
+
+    tests = []
+    for r, request in enumerate(case.requests):
+        if not request.items:
+            continue
+        embedding = tensors.request_embedding(case, request.items)
+        expected, start, end = ReferenceTarget().embedding_chunk(embedding, case, r)
+        parts = [block_source(case, item.hash, max(item.row_count, 0)) for item in request.items]
+        spans = [tuple(span) for item in request.items for span in item.spans]
+        tests.append(
+            f'''
+
+def test_request_{r}_chunk(mm_schedule):
+    """R1 for request {r}: window [{request.prefix_len}, {request.prefix_len + request.extend_len}) of
+    positions {spans}."""
+    embedding = {_shaped(case, f"torch.cat([{', '.join(parts)}])")}  # its items' rows, concatenated
+    chunk, start, end = mm_schedule.get_embedding_chunk(
+        embedding=embedding,
+        extend_prefix_len={request.prefix_len},
+        extend_seq_len={request.extend_len},
+        items_offset={spans},
+    )
+    assert (start, end) == {(start, end)}
+    assert torch.equal(chunk, {literal(expected)})
+'''
+        )
+    return "".join(tests)
+
+
+def _mask_test(case: Case) -> str:
+    """R3e: one ``get_embedding_and_mask`` call over the batch (as ``embed_mm_inputs`` makes it for one
+    modality), the encoder answering each item with its rows (an EVS video: with the rows each frame
+    kept)."""
+    batch = inputs.Builder(_Recorded, shims.Modality, False, None, logging.getLogger(__name__)).batch(
+        case, precomputed=True
+    )
+    input_ids, placeholders = tensors.input_ids(case)
+    rows, mask = reference.embedding_and_mask(case)
+    owners = [batch.owners[id(engine_item)] for engine_item in batch.items]
+    items = ",\n        ".join(
+        _item_source(case, e.given, owner) for e, owner in zip(batch.items, owners, strict=True)
+    )
+    encoded = ",\n        ".join(_encoded_source(case, owner) for owner in owners)
+    none_expected = not any(mask)
+    checks = (
+        "    # an all-false mask and None are the same answer (docs/rules.md, representation-only)\n"
+        "    assert mask is None or not mask.any()\n    assert embedding is None or embedding.numel() == 0\n"
+        if none_expected
+        else "    assert mask is not None, 'no mask: the window was served as text'\n"
+        f"    assert mask.reshape(-1).tolist() == {mask}\n"
+        "    assert embedding is not None and torch.equal(embedding.reshape(-1, HIDDEN), expected_rows)\n"
+    )
+    return (
+        f'''
+
+def test_embedding_and_mask(mm_schedule):
+    """R3e over the batch: the rows and mask of its window(s)."""
+    items = [
+        {items},
+    ]
+    encoded = [
+        {encoded},
+    ]  # per item: what its encoder computes (rows; frames kept, for an EVS-pruned video)
+    evs = sys.modules["sglang.srt.multimodal.evs"]{_evs_guard(case)}
+
+    def data_embedding_func(batch):
+        found = [encoded[next(k for k, item in enumerate(items) if item is given)] for given in batch]
+        embedding = torch.cat([found_rows for found_rows, _ in found]){_unsqueezed(case)}
+        if any(frames for _, frames in found):  # the model prunes one video per call
+            assert len(found) == 1, "EVS prunes one video per encoder call"
+            return evs.EVSEmbeddingResult(embedding=embedding, num_tokens_per_frame=found[0][1])
+        return embedding
+
+    embedding, mask, _ = mm_schedule.get_embedding_and_mask(
+        data_embedding_func=data_embedding_func,
+        embedding_items=items,
+        placeholder_tensor={literal(placeholders)},
+        input_ids={literal(input_ids)},
+        items_size={batch.items_size},
+        prefix_length={batch.prefix_length},
+        extend_length={batch.extend_length},
+        items_offset_list={batch.items_offset_list},
+    )
+    expected_rows = {rows_source(case, rows) if rows else "None"}
+{checks}'''.rstrip()
+        + "\n"
+    )
+
+
+def _evs_guard(case: Case) -> str:
+    """For an EVS case: a skip where the release's EVS code asserts its own item type (0.5.8 to 0.5.18:
+    only its EVS processor makes one), as the harness leaves such a release out (adapter.unreceived)."""
+    if not any(item.frame_rows for _, _, item in case.items()):
+        return ""
+    return """
+    if hasattr(sys.modules["sglang.srt.multimodal.evs.evs_module"], "VideoEVSDataItem"):
+        pytest.skip("this release's EVS code takes only its own VideoEVSDataItem (its EVS processor's)")"""
+
+
+class _Recorded:
+    """An engine item as the builder would make it: the keywords it was given, to be written out."""
+
+    def __init__(self, **given: Any) -> None:
+        self.given = given
+
+
+def _item_source(case: Case, given: dict[str, Any], item: Item) -> str:
+    fields = [
+        f"modality=Modality.{given['modality'].name}",
+        f"hash={given['hash']}",
+        f"pad_value={given['pad_value']}",
+        f"offsets={given['offsets']}",
+    ]
+    if given["precomputed_embeddings"] is not None:
+        rows = block_source(case, item.hash, max(item.row_count, 0))
+        fields.append(f"precomputed_embeddings={_shaped(case, rows)}")
+    else:
+        fields.append(f"feature={block_source(case, tensors.feature_key(item), item.feature_count)}")
+    if given["model_specific_data"]:
+        fields.append(f"model_specific_data={given['model_specific_data']}")
+    return f"MultimodalDataItem({', '.join(fields)})"
+
+
+def _encoded_source(case: Case, item: Item) -> str:
+    rows = block_source(case, item.hash, item.token_count)
+    return f"({rows}, {list(item.frame_rows) if item.frame_rows else None})"
+
+
+def _shaped(case: Case, source: str) -> str:
+    return source + _unsqueezed(case)
+
+
+def _unsqueezed(case: Case) -> str:
+    """A 3-D case's tensors are ``[1, n, H]``, as some models hand them."""
+    return ".unsqueeze(0)" if case.ndim == 3 else ""
