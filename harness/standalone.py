@@ -112,6 +112,20 @@ def rows_source(case: Case, rows: list[Row]) -> str:
     return f"torch.cat([{', '.join(parts)}])"
 
 
+def runs(values: list) -> str:
+    """A list as source, repeated values as runs (``[7] * 22 + [1000000]``): token ids and masks read at
+    a glance."""
+    parts: list[list] = []
+    for value in values:
+        if parts and parts[-1][0] == value:
+            parts[-1][1] += 1
+        else:
+            parts.append([value, 1])
+    if not parts:
+        return "[]"
+    return " + ".join(f"[{value!r}] * {n}" if n > 2 else repr([value] * n) for value, n in parts)
+
+
 def literal(tensor: torch.Tensor) -> str:
     """A tensor as ``torch.tensor([...], dtype=...)``: its values are small integers, exact in its dtype."""
     values = tensor.to(int).tolist() if tensor.is_floating_point() else tensor.tolist()

@@ -95,8 +95,8 @@ def test_the_evs_finding_fails_on_0_5_23_and_passes_on_0_5_22(tmp_path, sglang_r
     assert main(["replay", path, "--standalone", "-o", str(out)]) == 0
     source = out.read_text()
     assert imported(source) <= ALLOWED_IMPORTS, imported(source) - ALLOWED_IMPORTS
-    assert f'ENGINE_ROOT = Path(os.environ.get("ENGINE_ROOT", {str(roots["0.5.23"])!r}))' in source
-    assert "assert mask.reshape(-1).tolist() == [" in source  # the reference's mask, written out
+    assert f'ENGINE_ROOT = Path(os.environ.get("ENGINE_ROOT", "{roots["0.5.23"]}"))' in source
+    assert "assert mask.reshape(-1).tolist() == [False] * 22 + [True]" in source  # the reference's
     failed = run_standalone(out, roots["0.5.23"])
     assert failed.returncode == 1 and "the window was served as text" in failed.stdout, failed.stdout
     passed = run_standalone(out, roots["0.5.22"])

@@ -9,12 +9,13 @@ the few modules those files import at load time, visibly, and calls ``get_embedd
 from __future__ import annotations
 
 import logging
+import textwrap
 from typing import Any
 
 from mmharness import reference, tensors
 from mmharness.engines.sglang import inputs, shims
 from mmharness.model import Case, Item, interleaves
-from mmharness.standalone import SEEDED, Finding, Unsupported, block_source, literal, rows_source
+from mmharness.standalone import SEEDED, Finding, Unsupported, block_source, literal, rows_source, runs
 
 RULES_FILE = "sglang/srt/managers/mm_schedule.py"
 
@@ -44,13 +45,8 @@ class SGLangWriter:
         _refuse_unwritable(finding)
         body = _chunk_tests(case) if finding.check_id == "chunk.matches_reference" else _mask_test(case)
         heading, statement = STATEMENTS[finding.check_id]
-        return "\n".join(
-            [
-                _header(finding, heading, statement),
-                HARNESS.format(root=str(finding.root), hidden=case.hidden, dtype=case.dtype, seeded=SEEDED),
-                body,
-            ]
-        )
+        harness = HARNESS.format(root=str(finding.root), hidden=case.hidden, dtype=case.dtype, seeded=SEEDED)
+        return f"{_header(finding, heading, statement)}\n\n{harness.strip()}\n\n\n{body.lstrip()}"
 
 
 WRITER = SGLangWriter()
@@ -76,7 +72,7 @@ def _refuse_unwritable(finding: Finding) -> None:
 def _header(finding: Finding, heading: str, statement: str) -> str:
     return f'''"""{finding.check_id} on {finding.target}: a standalone reproducer written by mmharness.
 
-Rule {heading} (docs/rules.md): {statement}
+{textwrap.fill(f"Rule {heading} (docs/rules.md): {statement}", 100)}
 
 It imports torch, pytest and SGLang's own rule files, loaded by path from ENGINE_ROOT (a directory
 holding the `sglang/` package: a wheel's tree, site-packages, a checkout's `python/`):
@@ -100,9 +96,10 @@ from pathlib import Path
 import pytest
 import torch
 
-ENGINE_ROOT = Path(os.environ.get("ENGINE_ROOT", {root!r}))
+ENGINE_ROOT = Path(os.environ.get("ENGINE_ROOT", "{root}"))
 HIDDEN = {hidden}
 DTYPE = torch.{dtype}
+
 {seeded}
 
 # Stand-ins. The rule files import these modules at load time; the real ones pull in the whole
@@ -121,11 +118,11 @@ class Modality(enum.Enum):
 class MultimodalDataItem:
     """schedule_batch.MultimodalDataItem: the fields the rules read; model-specific data as attributes."""
 
-    def __init__(self, *, modality, hash, pad_value, offsets, feature=None, precomputed_embeddings=None,
-                 model_specific_data=None):
+    def __init__(self, *, modality, hash, pad_value, offsets, **more):
         self.modality, self.hash, self.pad_value, self.offsets = modality, hash, pad_value, offsets
-        self.feature, self.precomputed_embeddings = feature, precomputed_embeddings
-        self.model_specific_data = dict(model_specific_data or {{}})
+        self.feature = more.get("feature")
+        self.precomputed_embeddings = more.get("precomputed_embeddings")
+        self.model_specific_data = dict(more.get("model_specific_data", {{}}))
 
     def __getattr__(self, name):
         data = self.__dict__.get("model_specific_data", {{}})
@@ -190,16 +187,17 @@ def mm_schedule():
     """SGLang's rules module, its imports answered by the stand-ins above or the engine's own files."""
     if not (ENGINE_ROOT / "sglang/srt/managers/mm_schedule.py").is_file():
         pytest.fail(f"ENGINE_ROOT={{ENGINE_ROOT}} holds no sglang/srt/managers/mm_schedule.py")
-    for package in ("sglang", "sglang.srt", "sglang.srt.managers", "sglang.srt.mem_cache",
-                    "sglang.srt.multimodal", "sglang.srt.multimodal.processors"):
-        _stand_in(package)
+    for package in ("managers", "mem_cache", "multimodal", "multimodal.processors"):
+        _stand_in(f"sglang.srt.{{package}}")
+    _stand_in("sglang")
+    _stand_in("sglang.srt")
     _stand_in("sglang.utils", logger=logging.getLogger("sglang"))
     never = lambda: False  # noqa: E731  (not ROCm, NPU or XPU: the batched CUDA/CPU path)
     _stand_in("sglang.srt.utils", is_hip=never, is_npu=never, is_xpu=never)
     _stand_in("sglang.srt.utils.async_probe", maybe_assert_sum=maybe_assert_sum)
     one_rank = types.SimpleNamespace(tp_size=1, tp_rank=0, attn_tp_rank=0, attn_tp_size=1)
-    _stand_in("sglang.srt.runtime_context", get_parallel=lambda: one_rank,
-              get_schedule=lambda: types.SimpleNamespace(chunked_prefill_size=-1))
+    schedule = types.SimpleNamespace(chunked_prefill_size=-1)
+    _stand_in("sglang.srt.runtime_context", get_parallel=lambda: one_rank, get_schedule=lambda: schedule)
     _stand_in("sglang.srt.multimodal.transport.cuda_ipc", BORROW_CUDA_IPC_FEATURE_KEY="borrow_cuda_ipc")
     _stand_in("sglang.srt.mem_cache.allocator", BaseTokenToKVPoolAllocator=type("Allocator", (), {{}}))
     _stand_in("sglang.srt.managers.schedule_batch", Modality=Modality, MultimodalDataItem=MultimodalDataItem)
@@ -273,8 +271,8 @@ def _mask_test(case: Case) -> str:
         "    # an all-false mask and None are the same answer (docs/rules.md, representation-only)\n"
         "    assert mask is None or not mask.any()\n    assert embedding is None or embedding.numel() == 0\n"
         if none_expected
-        else "    assert mask is not None, 'no mask: the window was served as text'\n"
-        f"    assert mask.reshape(-1).tolist() == {mask}\n"
+        else '    assert mask is not None, "no mask: the window was served as text"\n'
+        f"    assert mask.reshape(-1).tolist() == {runs(mask)}\n"
         "    assert embedding is not None and torch.equal(embedding.reshape(-1, HIDDEN), expected_rows)\n"
     )
     return (
@@ -302,7 +300,7 @@ def test_embedding_and_mask(mm_schedule):
         data_embedding_func=data_embedding_func,
         embedding_items=items,
         placeholder_tensor={literal(placeholders)},
-        input_ids={literal(input_ids)},
+        input_ids=torch.tensor({runs(input_ids.tolist())}),
         items_size={batch.items_size},
         prefix_length={batch.prefix_length},
         extend_length={batch.extend_length},
@@ -343,9 +341,12 @@ def _item_source(case: Case, given: dict[str, Any], item: Item) -> str:
         fields.append(f"precomputed_embeddings={_shaped(case, rows)}")
     else:
         fields.append(f"feature={block_source(case, tensors.feature_key(item), item.feature_count)}")
-    if given["model_specific_data"]:
-        fields.append(f"model_specific_data={given['model_specific_data']}")
-    return f"MultimodalDataItem({', '.join(fields)})"
+    data = given["model_specific_data"]
+    if data:
+        shown = ", ".join(f'"{k}": {runs(v) if isinstance(v, list) else repr(v)}' for k, v in data.items())
+        fields.append(f"model_specific_data={{{shown}}}")
+    inner = "".join(f"\n            {field}," for field in fields)
+    return f"MultimodalDataItem({inner}\n        )"
 
 
 def _encoded_source(case: Case, item: Item) -> str:
