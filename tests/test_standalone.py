@@ -81,10 +81,12 @@ def test_a_target_without_a_writer_is_refused_in_one_line(tmp_path, capsys):
     assert not out.exists()
 
 
-def test_output_without_standalone_is_a_usage_error(tmp_path, capsys):
+def test_output_without_standalone_or_not_importable_is_a_usage_error(tmp_path, capsys):
     path = saved(tmp_path, HALF_IMAGE, "chunk.matches_reference", "R1", "reference")
     assert main(["replay", path, "-o", str(tmp_path / "t.py")]) == 2
     assert "add --standalone" in capsys.readouterr().err
+    assert main(["replay", path, "--standalone", "-o", str(tmp_path / "finding-0.5.23.py")]) == 2
+    assert "pytest imports a test file by its name" in capsys.readouterr().err
 
 
 @pytest.mark.network

@@ -191,6 +191,8 @@ def _standalone(args: argparse.Namespace, saved: list[Saved]) -> int:
         raise UsageError("-o/--output is --standalone's: add --standalone")
     if len(saved) != 1:
         raise UsageError(f"--standalone writes one finding at a time; {len(saved)} given (pick one: FILE#N)")
+    if args.output is not None and not Path(args.output).stem.isidentifier():  # pytest imports it by name
+        raise UsageError(f"-o {args.output}: pytest imports a test file by its name: use one like test_x.py")
     path, (spec, check_id, case, params), document = saved[0]
     _apply_recorded(args, [(path, document)])
     target = loaded_target(spec)
