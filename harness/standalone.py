@@ -57,14 +57,14 @@ class Writer(Protocol):
 
 def write(finding: Finding, target: Any) -> str:
     """The standalone file for a finding made on ``target`` (a loaded target), by its engine's writer."""
-    writer = writer_for(target)
+    writer = writer_for(target, finding.check_id)
     if finding.check_id not in writer.checks:
         covered = ", ".join(sorted(writer.checks))
         raise Unsupported(f"no standalone writer for check {finding.check_id} yet (written: {covered})")
     return writer.write(finding)
 
 
-def writer_for(target: Any) -> Writer:
+def writer_for(target: Any, check_id: str) -> Writer:
     """The writer of the engine whose package defines the target's class."""
     from mmharness.targets.specs import engines
 
@@ -75,7 +75,7 @@ def writer_for(target: Any) -> Writer:
                 return importlib.import_module(f"{engine.package}.standalone").WRITER
             except ModuleNotFoundError:
                 break
-    raise Unsupported(f"no standalone writer for the target {target.name} (its class is {name})")
+    raise Unsupported(f"no standalone writer for check {check_id} on {target.name}: its engine has none yet")
 
 
 SEEDED = '''
