@@ -77,7 +77,8 @@ def test_a_target_without_a_writer_is_refused_in_one_line(tmp_path, capsys):
     out = tmp_path / "t.py"
     assert main(["replay", path, "--standalone", "-o", str(out)]) == 2
     err = capsys.readouterr().err.strip()
-    assert len(err.splitlines()) == 1 and "no standalone writer for check chunk.matches_reference on reference" in err
+    assert len(err.splitlines()) == 1
+    assert "no standalone writer for check chunk.matches_reference on reference" in err
     assert not out.exists()
 
 
