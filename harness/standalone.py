@@ -11,6 +11,11 @@ is what every writer shares: the finding, the refusal, tensors as source text.
 from __future__ import annotations
 
 import importlib
+import importlib.util
+import os
+import subprocess
+import sys
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
@@ -62,6 +67,32 @@ def write(finding: Finding, target: Any) -> str:
         covered = ", ".join(sorted(writer.checks))
         raise Unsupported(f"no standalone writer for check {finding.check_id} yet (written: {covered})")
     return writer.write(finding)
+
+
+BLOCKED = "import sys; sys.modules['mmharness'] = None"
+"""Run before pytest in ``verify``: any import of mmharness by the written file fails."""
+
+
+def verify(text: str, root: Path) -> str | None:
+    """Why the written file does not reproduce the finding on ``root``, the tree it was made in, or
+    ``None`` where it fails there as it should (pytest's exit 1). Run as a maintainer would (no
+    plugin autoloaded, mmharness unimportable); a file that passes there asserts nothing of the bug."""
+    if importlib.util.find_spec("pytest") is None:
+        return "pytest is not installed here to run it"
+    with tempfile.TemporaryDirectory(prefix="mmharness-standalone-") as scratch:
+        path = Path(scratch) / "test_finding.py"
+        path.write_text(text)
+        env = {**os.environ, "ENGINE_ROOT": str(root), "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"}
+        run = f"{BLOCKED}; import pytest; sys.exit(pytest.main(sys.argv[1:]))"
+        command = [sys.executable, "-c", run, "-q", "-p", "no:cacheprovider", str(path)]
+        try:
+            done = subprocess.run(command, env=env, cwd=scratch, capture_output=True, text=True, timeout=300)
+        except subprocess.TimeoutExpired:
+            return "pytest did not finish in 300 s"
+    if done.returncode == 1:
+        return None
+    last = (done.stdout.strip().splitlines() or ["no output"])[-1]
+    return f"on {root} it exits {done.returncode}, not 1 ({last})"
 
 
 def writer_for(target: Any, check_id: str) -> Writer:

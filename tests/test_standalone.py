@@ -52,8 +52,7 @@ def imported(source: str) -> set[str]:
 def run_standalone(path: Path, root: Path) -> subprocess.CompletedProcess:
     """The file under plain pytest with ``mmharness`` unimportable and no plugin autoloaded."""
     env = {**os.environ, "ENGINE_ROOT": str(root), "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"}
-    blocked = "import sys; sys.modules['mmharness'] = None"  # any import of mmharness now fails
-    prelude = f"{blocked}; import pytest; sys.exit(pytest.main(sys.argv[1:]))"
+    prelude = f"{standalone.BLOCKED}; import pytest; sys.exit(pytest.main(sys.argv[1:]))"
     command = [sys.executable, "-c", prelude, "-q", "-p", "no:cacheprovider", str(path)]
     return subprocess.run(command, env=env, cwd=path.parent, capture_output=True, text=True, timeout=300)
 
@@ -124,6 +123,20 @@ def test_an_r1_finding_fails_in_a_seeded_copy_and_passes_on_the_release(
     assert "assert (start, end) == (0, 2)" in source
     assert run_standalone(out, seeded).returncode == 1
     assert run_standalone(out, root).returncode == 0
+
+
+@pytest.mark.network
+def test_a_file_that_does_not_fail_where_the_finding_was_made_is_not_written(
+    tmp_path, sglang_release, capsys
+):
+    """R1 holds on 0.5.23 for this case: a file passing there would assert nothing of a bug."""
+    sglang_release("0.5.23")  # in the cache
+    path = saved(tmp_path, HALF_IMAGE, "chunk.matches_reference", "R1", "sglang==0.5.23")
+    out = tmp_path / "test_chunk.py"
+    assert main(["replay", path, "--standalone", "-o", str(out)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "does not reproduce the finding" in err and "exits 0" in err
+    assert not out.exists()
 
 
 @pytest.mark.network

@@ -204,6 +204,9 @@ def _standalone(args: argparse.Namespace, saved: list[Saved]) -> int:
         text = standalone.write(finding, target)
     except standalone.Unsupported as error:
         raise UsageError(f"--standalone: {error}") from None
+    why = standalone.verify(text, finding.root)
+    if why is not None:
+        raise UsageError(f"--standalone: {check_id}: the file written does not reproduce the finding: {why}")
     if args.output is None:
         sys.stdout.write(text)
         return 0
