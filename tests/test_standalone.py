@@ -27,6 +27,13 @@ EVS_FINDING = Case(
 """The EVS finding ``check --target sglang==0.5.23 --profile ci`` saves: a window holding the video's
 second frame as EVS moved it (to the rows that frame kept), between the processor's two spans."""
 
+EVS_PREFILL = Case(
+    (Request(4, 2, 1, (Item(((0, 0), (1, 1), (3, 3)), hash=0, modality="video", frame_rows=(0, 0, 3)),)),),
+    hidden=4,
+)
+"""The same class as ``prefill.matches_reference`` saves it: frames 0 and 1 kept no rows, so the window
+``[2, 3)`` holds the moved video's first row, between the processor's spans."""
+
 HALF_IMAGE = Case((Request(8, 0, 4, (Item(((2, 5),), hash=3),)),), hidden=4)
 """One image whose span the window cuts in half: R1's chunk is its first two rows."""
 
@@ -89,18 +96,38 @@ def test_output_without_standalone_or_not_importable_is_a_usage_error(tmp_path, 
     assert "pytest imports a test file by its name" in capsys.readouterr().err
 
 
+EVS_FINDINGS = [
+    (
+        "embed_mask.matches_reference",
+        "R3e",
+        EVS_FINDING,
+        "mask.reshape(-1).tolist() == [False] * 22 + [True]",
+    ),
+    (
+        "prefill.matches_reference",
+        "R3",
+        EVS_PREFILL,
+        "torch.equal(embedding.reshape(-1, HIDDEN), torch.tensor(",
+    ),
+]
+"""Each check the EVS class fails on 0.5.23, its saved case, and the expected value the file asserts."""
+
+
 @pytest.mark.network
-def test_the_evs_finding_fails_on_0_5_23_and_passes_on_0_5_22(tmp_path, sglang_release):
+@pytest.mark.parametrize(("check", "rule", "case", "asserted"), EVS_FINDINGS)
+def test_the_evs_finding_fails_on_0_5_23_and_passes_on_0_5_22(
+    tmp_path, sglang_release, check, rule, case, asserted
+):
     roots = {v: Path(sglang_release(v).describe()["source"]) for v in ("0.5.23", "0.5.22")}
-    path = saved(tmp_path, EVS_FINDING, "embed_mask.matches_reference", "R3e", "sglang==0.5.23")
+    path = saved(tmp_path, case, check, rule, "sglang==0.5.23")
     out = tmp_path / "test_evs_window.py"
     assert main(["replay", path, "--standalone", "-o", str(out)]) == 0
     source = out.read_text()
     assert imported(source) <= ALLOWED_IMPORTS, imported(source) - ALLOWED_IMPORTS
     assert f'ENGINE_ROOT = Path(os.environ.get("ENGINE_ROOT", "{roots["0.5.23"]}"))' in source
-    assert "assert mask.reshape(-1).tolist() == [False] * 22 + [True]" in source  # the reference's
+    assert f"assert {asserted}" in source  # the reference's value, written out
     failed = run_standalone(out, roots["0.5.23"])
-    assert failed.returncode == 1 and "the window was served as text" in failed.stdout, failed.stdout
+    assert failed.returncode == 1 and "was served as text" in failed.stdout, failed.stdout
     passed = run_standalone(out, roots["0.5.22"])
     assert passed.returncode == 0 and "1 passed" in passed.stdout, passed.stdout
 
@@ -142,9 +169,9 @@ def test_a_file_that_does_not_fail_where_the_finding_was_made_is_not_written(
 @pytest.mark.network
 def test_a_check_the_writer_does_not_cover_is_refused_naming_it(tmp_path, sglang_release, capsys):
     sglang_release("0.5.23")  # in the cache
-    path = saved(tmp_path, HALF_IMAGE, "prefill.matches_reference", "R3", "sglang==0.5.23")
+    path = saved(tmp_path, HALF_IMAGE, "prefill.cache_independent", "R3", "sglang==0.5.23")
     out = tmp_path / "t.py"
     assert main(["replay", path, "--standalone", "-o", str(out)]) == 2
     err = capsys.readouterr().err.strip()
-    assert len(err.splitlines()) == 1 and "no standalone writer for check prefill.matches_reference" in err
+    assert len(err.splitlines()) == 1 and "no standalone writer for check prefill.cache_independent" in err
     assert not out.exists()

@@ -1,9 +1,10 @@
-"""SGLang's standalone writer: a finding of R1 or R3e as a pytest file that loads the release's own rule
-files by path (``mmharness.standalone`` says why).
+"""SGLang's standalone writer: a finding of R1, R3 or R3e as a pytest file that loads the release's
+own rule files by path (``mmharness.standalone`` says why).
 
-It knows the layout of 0.5.18 on (the rules in ``srt/managers/mm_schedule.py``): the file stands in for
-the few modules those files import at load time, visibly, and calls ``get_embedding_chunk`` or
-``get_embedding_and_mask`` with the arguments ``inputs.Builder`` makes for the harness's own driver.
+It knows the layout of 0.5.18 on (the rules in ``srt/managers/mm_schedule.py``): the file stands in
+for the few modules those files import at load time, visibly, and calls ``get_embedding_chunk``,
+``_get_chunked_prefill_embedding`` or ``get_embedding_and_mask`` with the arguments
+``inputs.Builder`` makes for the harness's own driver.
 """
 
 from __future__ import annotations
@@ -25,6 +26,12 @@ STATEMENTS = {
         "the chunk is the rows whose positions lie inside the window, in position order; `start` counts"
         " the placeholder positions before the window and `end` those before the window's end.",
     ),
+    "prefill.matches_reference": (
+        "R3 chunked prefill (the encoder path)",
+        "the rows of every item position inside each request's window, in request then position order"
+        " (for an EVS-pruned video: its positions as EVS moved them, the rows each frame kept); None and"
+        " no rows are one answer.",
+    ),
     "embed_mask.matches_reference": (
         "R3e end to end",
         "the mask marks exactly the placeholder positions of the window's input_ids, and the rows, in"
@@ -36,14 +43,14 @@ STATEMENTS = {
 
 
 class SGLangWriter:
-    """Writes R1 and R3e findings of the ``mm_schedule.py`` layout."""
+    """Writes R1, R3 and R3e findings of the ``mm_schedule.py`` layout."""
 
     checks = frozenset(STATEMENTS)
 
     def write(self, finding: Finding) -> str:
         case = finding.case
         _refuse_unwritable(finding)
-        body = _chunk_tests(case) if finding.check_id == "chunk.matches_reference" else _mask_test(case)
+        body = BODIES[finding.check_id](case)
         heading, statement = STATEMENTS[finding.check_id]
         harness = HARNESS.format(root=str(finding.root), hidden=case.hidden, dtype=case.dtype, seeded=SEEDED)
         return f"{_header(finding, heading, statement)}\n\n{harness.strip()}\n\n\n{body.lstrip()}"
@@ -61,6 +68,8 @@ def _refuse_unwritable(finding: Finding) -> None:
         raise Unsupported(f"{check}: a case on another device than the CPU is not written yet")
     if any(interleaves(r) for r in case.requests):
         raise Unsupported(f"{check}: a request whose items interleave is not written yet")
+    if check != "chunk.matches_reference" and reference.has_any_collision(case):
+        raise Unsupported(f"{check}: a case whose item hashes collide is not written yet")
     if len({item.modality for _, _, item in case.items()}) > 1:
         raise Unsupported(f"{check}: a case with items of several modalities is not written yet")
     try:  # the reference's refusal: the file would assert a raise
@@ -254,33 +263,71 @@ def test_request_{r}_chunk(mm_schedule):
 
 def _mask_test(case: Case) -> str:
     """R3e: one ``get_embedding_and_mask`` call over the batch (as ``embed_mm_inputs`` makes it for one
-    modality), the encoder answering each item with its rows (an EVS video: with the rows each frame
-    kept)."""
-    batch = inputs.Builder(_Recorded, shims.Modality, False, None, logging.getLogger(__name__)).batch(
-        case, precomputed=True
-    )
+    modality)."""
+    batch, setup = _batch_setup(case, precomputed=True)
     input_ids, placeholders = tensors.input_ids(case)
     rows, mask = reference.embedding_and_mask(case)
+    checks = (
+        "    # an all-false mask and None are the same answer (docs/rules.md, representation-only)\n"
+        "    assert mask is None or not mask.any()\n    assert embedding is None or embedding.numel() == 0\n"
+        if not any(mask)
+        else '    assert mask is not None, "no mask: the window was served as text"\n'
+        f"    assert mask.reshape(-1).tolist() == {runs(mask)}\n"
+        "    assert embedding is not None and torch.equal(embedding.reshape(-1, HIDDEN), expected_rows)\n"
+    )
+    return f'''
+def test_embedding_and_mask(mm_schedule):
+    """R3e over the batch: the rows and mask of its window(s)."""
+{setup}
+    embedding, mask, _ = mm_schedule.get_embedding_and_mask(
+        data_embedding_func=data_embedding_func,
+        embedding_items=items,
+        placeholder_tensor={literal(placeholders)},
+        input_ids=torch.tensor({runs(input_ids.tolist())}),
+{_batch_lists(batch)}
+    )
+    expected_rows = {rows_source(case, rows) if rows else "None"}
+{checks}'''
+
+
+def _prefill_test(case: Case) -> str:
+    """R3: one ``_get_chunked_prefill_embedding`` call over the batch, every item raw (the encoder path)."""
+    batch, setup = _batch_setup(case, precomputed=False)
+    input_ids, _ = tensors.input_ids(case)
+    rows = reference.chunked_prefill_embedding(case)
+    checks = (
+        "    assert embedding is None or embedding.numel() == 0  # None and no rows are one answer (R3)\n"
+        if not rows
+        else '    assert embedding is not None, "no rows: the window was served as text"\n'
+        f"    assert torch.equal(embedding.reshape(-1, HIDDEN), {rows_source(case, rows)})\n"
+    )
+    return f'''
+def test_chunked_prefill_embedding(mm_schedule):
+    """R3 over the batch: the encoder path's rows of its window(s), in request and position order."""
+{setup}
+    result = mm_schedule._get_chunked_prefill_embedding(
+        data_embedding_func=data_embedding_func,
+        embedding_items=items,
+{_batch_lists(batch)}
+        input_ids=torch.tensor({runs(input_ids.tolist())}),
+    )
+    embedding = result[0] if isinstance(result, tuple) else result  # 0.5.20 on: (rows, input_ids)
+{checks}'''
+
+
+def _batch_setup(case: Case, *, precomputed: bool) -> tuple[inputs.Batch, str]:
+    """The batch as the harness's driver builds it (``inputs.Builder``) and its source: the items, and
+    the encoder answering each with its rows (an EVS video: with the rows each frame kept)."""
+    builder = inputs.Builder(_Recorded, shims.Modality, False, None, logging.getLogger(__name__))
+    batch = builder.batch(case, precomputed=precomputed)
     owners = [batch.owners[id(engine_item)] for engine_item in batch.items]
     items = ",\n        ".join(
         _item_source(case, e.given, owner) for e, owner in zip(batch.items, owners, strict=True)
     )
     encoded = ",\n        ".join(_encoded_source(case, owner) for owner in owners)
-    none_expected = not any(mask)
-    checks = (
-        "    # an all-false mask and None are the same answer (docs/rules.md, representation-only)\n"
-        "    assert mask is None or not mask.any()\n    assert embedding is None or embedding.numel() == 0\n"
-        if none_expected
-        else '    assert mask is not None, "no mask: the window was served as text"\n'
-        f"    assert mask.reshape(-1).tolist() == {runs(mask)}\n"
-        "    assert embedding is not None and torch.equal(embedding.reshape(-1, HIDDEN), expected_rows)\n"
-    )
     return (
-        f'''
-
-def test_embedding_and_mask(mm_schedule):
-    """R3e over the batch: the rows and mask of its window(s)."""
-    items = [
+        batch,
+        f"""    items = [
         {items},
     ]
     encoded = [
@@ -295,21 +342,15 @@ def test_embedding_and_mask(mm_schedule):
             assert len(found) == 1, "EVS prunes one video per encoder call"
             return evs.EVSEmbeddingResult(embedding=embedding, num_tokens_per_frame=found[0][1])
         return embedding
+""",
+    )
 
-    embedding, mask, _ = mm_schedule.get_embedding_and_mask(
-        data_embedding_func=data_embedding_func,
-        embedding_items=items,
-        placeholder_tensor={literal(placeholders)},
-        input_ids=torch.tensor({runs(input_ids.tolist())}),
-        items_size={batch.items_size},
+
+def _batch_lists(batch: inputs.Batch) -> str:
+    return f"""        items_size={batch.items_size},
         prefix_length={batch.prefix_length},
         extend_length={batch.extend_length},
-        items_offset_list={batch.items_offset_list},
-    )
-    expected_rows = {rows_source(case, rows) if rows else "None"}
-{checks}'''.rstrip()
-        + "\n"
-    )
+        items_offset_list={batch.items_offset_list},"""
 
 
 def _evs_guard(case: Case) -> str:
@@ -361,3 +402,11 @@ def _shaped(case: Case, source: str) -> str:
 def _unsqueezed(case: Case) -> str:
     """A 3-D case's tensors are ``[1, n, H]``, as some models hand them."""
     return ".unsqueeze(0)" if case.ndim == 3 else ""
+
+
+BODIES = {
+    "chunk.matches_reference": _chunk_tests,
+    "prefill.matches_reference": _prefill_test,
+    "embed_mask.matches_reference": _mask_test,
+}
+"""Each covered check's test, as source."""
