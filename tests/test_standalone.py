@@ -175,3 +175,21 @@ def test_a_check_the_writer_does_not_cover_is_refused_naming_it(tmp_path, sglang
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "no standalone writer for check prefill.cache_independent" in err
     assert not out.exists()
+
+
+@pytest.mark.network
+def test_the_finding_page_holds_the_file_the_command_writes(tmp_path, sglang_release, monkeypatch):
+    """docs/findings/'s standalone file is the command's output for the case beside it (but for the
+    default ENGINE_ROOT, which names the tree of the machine it was written on)."""
+    sglang_release("0.5.23")  # in the cache
+    root = Path(__file__).resolve().parent.parent
+    monkeypatch.chdir(root)
+    out = tmp_path / "test_page.py"
+    case = "docs/findings/sglang_0_5_23_evs_chunk_window.json"
+    assert main(["replay", case, "--standalone", "-o", str(out)]) == 0
+
+    def lines(text: str) -> list[str]:
+        return [line for line in text.splitlines() if not line.startswith("ENGINE_ROOT = ")]
+
+    committed = (root / "docs/findings/sglang_0_5_23_evs_chunk_window.py").read_text()
+    assert lines(out.read_text()) == lines(committed)
