@@ -4,7 +4,8 @@ Offline: the file's seeded constructor gives the harness's own rows, and a targe
 refused in one line (exit 2). With the ``network`` marker (the release cache): the EVS finding of
 0.5.23 written as a file that imports nothing of mmharness (its AST; and it runs where importing
 mmharness fails), failing on 0.5.23 and passing on 0.5.22; an R1 finding in a seeded copy failing
-there and passing on the release; a check the writer does not cover refused, naming it.
+there and passing on the release; a file that does not fail where it was made, or a check the writer
+does not cover, refused in one line; the finding page's file is the command's output.
 """
 
 from __future__ import annotations
