@@ -30,14 +30,15 @@ def _torch():
     return torch
 
 
-def _seed(key: int, count: int) -> int:
+def row_seed(key: int, count: int) -> int:
+    """The generator seed of the rows keyed by ``(key, count)`` (a standalone reproducer writes it)."""
     return (key * 0x9E3779B97F4A7C15 + count * 0xBF58476D1CE4E5B9) & (2**63 - 1)
 
 
 @lru_cache(maxsize=4096)
 def _block(key: int, count: int, hidden: int, dtype: str) -> torch.Tensor:
     torch = _torch()
-    generator = torch.Generator().manual_seed(_seed(key, count))
+    generator = torch.Generator().manual_seed(row_seed(key, count))
     values = torch.randint(-VALUE_BOUND, VALUE_BOUND + 1, (count, hidden), generator=generator)
     return values.to(getattr(torch, dtype))
 

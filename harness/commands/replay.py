@@ -45,6 +45,13 @@ def add_parser(sub) -> None:
     )
     replay.add_argument("-n", "--workers", default="1", metavar="N", help="replay in N processes, or auto")
     replay.add_argument("--deadline", type=seconds, metavar="S", help=DEADLINE_HELP)
+    replay.add_argument(
+        "--standalone",
+        action="store_true",
+        help="write the case as one pytest file needing only the engine (ENGINE_ROOT) and torch, instead"
+        " of replaying it; a check no writer covers is refused (exit 2)",
+    )
+    replay.add_argument("-o", "--output", metavar="FILE", help="with --standalone: write it here, not stdout")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -57,6 +64,8 @@ def run(args: argparse.Namespace) -> int:
     checks = all_checks()
     workers = worker_count(args.workers)
     saved = [one for path in args.cases for one in _saved(path, args.target, checks)]  # every file read first
+    if args.standalone or args.output:
+        return _standalone(args, saved)
     work = [unit for _, unit, _ in saved]
     _apply_recorded(args, [(path, document) for path, _, document in saved])
     if args.against is not None:  # resolved before anything runs
@@ -170,6 +179,43 @@ def _shown(recorded: tuple) -> str:
     env, engine = recorded
     words = [f"--env {k}={v}" for k, v in env] + ([f"--engine {engine}"] if engine else [])
     return " ".join(words) or "none"
+
+
+def _standalone(args: argparse.Namespace, saved: list[Saved]) -> int:
+    """``--standalone``: the one finding given, as a pytest file (``mmharness.standalone``)."""
+    from pathlib import Path
+
+    from mmharness import report, standalone
+
+    if not args.standalone:
+        raise UsageError("-o/--output is --standalone's: add --standalone")
+    if len(saved) != 1:
+        raise UsageError(f"--standalone writes one finding at a time; {len(saved)} given (pick one: FILE#N)")
+    if args.output is not None and not Path(args.output).stem.isidentifier():  # pytest imports it by name
+        raise UsageError(f"-o {args.output}: pytest imports a test file by its name: use one like test_x.py")
+    path, (spec, check_id, case, params), document = saved[0]
+    _apply_recorded(args, [(path, document)])
+    target = loaded_target(spec)
+    rule = document.provenance.get("rule") or ""
+    finding = standalone.Finding(
+        check_id, rule, case, params, spec, Path(target.describe().get("source", "")), path
+    )
+    try:
+        text = standalone.write(finding, target)
+    except standalone.Unsupported as error:
+        raise UsageError(f"--standalone: {error}") from None
+    why = standalone.verify(text, finding.root)
+    if why is not None:
+        raise UsageError(f"--standalone: {check_id}: the file written does not reproduce the finding: {why}")
+    if args.output is None:
+        sys.stdout.write(text)
+        return 0
+    problem = report.writable(args.output)
+    if problem:
+        raise UsageError(f"-o {args.output}: {problem}")
+    report.write(args.output, text)
+    print(f"mmharness: wrote {args.output}: ENGINE_ROOT=TREE python -m pytest {args.output}", file=sys.stderr)
+    return 0
 
 
 def _replay_in_worker(
