@@ -52,6 +52,7 @@ from mmharness.checks.outcome import (
 from mmharness.checks.registry import Check, Example
 from mmharness.deadline import SIGNATURE as DID_NOT_FINISH
 from mmharness.deadline import Unfinished, limit
+from mmharness.model import Case
 from mmharness.targets.base import HarnessGap, Target, gap_in
 
 PASSED, SKIPPED = "passed", "skipped"
@@ -756,7 +757,7 @@ def replay(check: Check, target: Target, example: Example, *, deadline: float | 
     """Run one saved example once, as ``mmharness replay`` does (``deadline`` as in ``run_check``)."""
     device = "cuda" if "cuda" in example[0].devices else "cpu"
     seconds = deadline_for("ci", device, deadline)
-    unrunnable = not_run(check, target, device)
+    unrunnable = not_run(check, target, device) or _unreceived(check, target, example[0], device)
     if unrunnable is not None:
         return unrunnable
     try:
@@ -765,6 +766,15 @@ def replay(check: Check, target: Target, example: Example, *, deadline: float | 
         finding = Finding(failure.kind, failure.signature, failure, example, 1)
         return Result(check, failure.kind, device, failure.message, [finding], 1, deadline=seconds)
     return Result(check, PASSED, device, examples_run=1, deadline=seconds)
+
+
+def _unreceived(check: Check, target: Target, case: Any, device: str) -> Result | None:
+    """A saved case the target never receives (``Target.unreceived``: an EVS-pruned video for a release
+    without EVS) is skipped with why: its check would leave it out, and a pass would claim what no
+    example tested."""
+    why = target.unreceived(case) if isinstance(case, Case) else None
+    reason = f"{target.name} never receives this case: {why}"
+    return None if why is None else Result(check, SKIPPED, device, reason=reason)
 
 
 def fails_run(status: str, *, strict: bool = False) -> bool:
